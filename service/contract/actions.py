@@ -1,0 +1,66 @@
+"""Placement options Runtime enumerates, and the action space over them.
+
+An option is one node or a group of nodes (for a gang job) with the number of
+accelerators taken on each. Options are stored in compressed sparse row form:
+option ``i`` covers entries ``node_offsets[i]:node_offsets[i + 1]`` of
+``node_index`` and ``accelerators``. The action is an option index in
+``[0, n_options)`` or `DEFER` (place nothing now).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+DEFER: int = -1
+"""The action that places nothing now; Runtime may retry later."""
+
+
+@dataclass(frozen=True, eq=False)
+class PlacementOptions:
+    """Candidate placements for one request, as CSR arrays.
+
+    Attributes:
+        node_offsets: int64, shape ``(n_options + 1,)``, non-decreasing, starts at 0.
+        node_index: int32, shape ``(n_entries,)``, node index into the cluster state.
+        accelerators: int32, shape ``(n_entries,)``, accelerators taken on that node.
+        option_ids: Runtime's id per option (may be empty strings).
+    """
+
+    node_offsets: NDArray[np.int64]
+    node_index: NDArray[np.int32]
+    accelerators: NDArray[np.int32]
+    option_ids: tuple[str, ...]
+
+    @property
+    def n_options(self) -> int:
+        """Number of options (the defer action is not an option)."""
+        return len(self.node_offsets) - 1
+
+    @property
+    def nodes_per_option(self) -> NDArray[np.int64]:
+        """Number of nodes in each option, shape ``(n_options,)``."""
+        return np.diff(self.node_offsets)
+
+    @property
+    def entry_option(self) -> NDArray[np.int64]:
+        """Option index of every CSR entry, shape ``(n_entries,)``."""
+        return np.repeat(np.arange(self.n_options), self.nodes_per_option)
+
+    def nodes_of(self, option: int) -> NDArray[np.int32]:
+        """Node indices of option `option`."""
+        start, end = self.node_offsets[option], self.node_offsets[option + 1]
+        return self.node_index[start:end]
+
+
+def single_node_options(node_index: NDArray[np.int32], accelerators: int) -> PlacementOptions:
+    """Options that each place the whole job on one node: the common case."""
+    nodes = np.asarray(node_index, dtype=np.int32)
+    return PlacementOptions(
+        node_offsets=np.arange(len(nodes) + 1, dtype=np.int64),
+        node_index=nodes,
+        accelerators=np.full(len(nodes), accelerators, dtype=np.int32),
+        option_ids=tuple("" for _ in range(len(nodes))),
+    )

@@ -1,0 +1,69 @@
+"""The error tree of Understudy. No status codes here: transports map them.
+
+::
+
+    UnderstudyError
+     ├── InvalidInput               bad request content; names the field
+     │    ├── UnsupportedSchemaVersion
+     │    └── PayloadTooLarge
+     ├── AuthError
+     │    ├── Unauthenticated        no or unknown credentials
+     │    └── PermissionDenied       known caller, role not allowed
+     ├── NotFound
+     ├── Conflict                   e.g. a locked protocol changed under the same id
+     └── Unavailable                a dependency is down; retry later
+
+Messages name the field in backticks, say what was expected and what came, as
+in "`state.nodes[3].accelerators_free` must be >= 0, got -1".
+"""
+
+from __future__ import annotations
+
+
+class UnderstudyError(Exception):
+    """Raised for any failure Understudy itself detects and can explain."""
+
+
+class InvalidInput(UnderstudyError):
+    """Raised when a request's content violates the contract.
+
+    `field` is the dotted path of the offending field so transports can
+    return it and metrics can count rejections by field.
+    """
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"`{field}` {problem}")
+
+
+class UnsupportedSchemaVersion(InvalidInput):
+    """Raised when a request declares a schema version this build does not speak."""
+
+
+class PayloadTooLarge(InvalidInput):
+    """Raised when a request body exceeds the configured size limit."""
+
+
+class AuthError(UnderstudyError):
+    """Raised when a caller may not do what it asked."""
+
+
+class Unauthenticated(AuthError):
+    """Raised when credentials are missing or unknown."""
+
+
+class PermissionDenied(AuthError):
+    """Raised when a known caller's role does not allow the operation."""
+
+
+class NotFound(UnderstudyError):
+    """Raised when a named object (policy, protocol, request) does not exist."""
+
+
+class Conflict(UnderstudyError):
+    """Raised when a write contradicts what is already recorded."""
+
+
+class Unavailable(UnderstudyError):
+    """Raised when a dependency needed for the operation is down."""

@@ -1,0 +1,73 @@
+"""Cluster state: a columnar snapshot of the nodes Runtime can place on.
+
+Columnar (one array per attribute, index = node) because that is how the wire
+format carries it and how features are computed: vectorised over nodes and
+options, never per node in Python.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from service.contract.hardware import HardwareClass
+
+
+def frozen_array(values: object, dtype: type[np.generic]) -> NDArray[np.generic]:
+    """A read-only 1-D copy of `values`, so frozen dataclasses stay frozen."""
+    array = np.array(values, dtype=dtype, copy=True).reshape(-1)
+    array.flags.writeable = False
+    return array
+
+
+@dataclass(frozen=True, eq=False)
+class ClusterState:
+    """Nodes at the moment Runtime asked for a placement.
+
+    All arrays have shape ``(n_nodes,)``. ``node_hardware[i]`` indexes
+    ``hardware``, the classes present in this snapshot.
+
+    Attributes:
+        node_ids: unique node identifiers.
+        hardware: hardware classes referenced by ``node_hardware``.
+        node_hardware: int32 index into ``hardware`` per node.
+        accelerators_free, accelerators_total: int32 accelerator counts.
+        cpu_free, cpu_total: float32 host CPU cores.
+        memory_free_gb, memory_total_gb: float32 host memory.
+        utilisation: float32 accelerator utilisation in [0, 1].
+        queue_length: int32 jobs queued on the node.
+        healthy: bool, False when Runtime considers the node unhealthy.
+        draining: bool, True when the node is cordoned for drain.
+        zone: availability zone per node.
+        locality: interconnect domain per node (rack / NVLink or IB island):
+            nodes sharing it communicate fast.
+        labels: ``"key=value"`` labels per node, for affinity rules.
+    """
+
+    node_ids: tuple[str, ...]
+    hardware: tuple[HardwareClass, ...]
+    node_hardware: NDArray[np.int32]
+    accelerators_free: NDArray[np.int32]
+    accelerators_total: NDArray[np.int32]
+    cpu_free: NDArray[np.float32]
+    cpu_total: NDArray[np.float32]
+    memory_free_gb: NDArray[np.float32]
+    memory_total_gb: NDArray[np.float32]
+    utilisation: NDArray[np.float32]
+    queue_length: NDArray[np.int32]
+    healthy: NDArray[np.bool_]
+    draining: NDArray[np.bool_]
+    zone: tuple[str, ...]
+    locality: tuple[str, ...]
+    labels: tuple[frozenset[str], ...]
+
+    @property
+    def n_nodes(self) -> int:
+        """Number of nodes in the snapshot."""
+        return len(self.node_ids)
+
+    def hardware_of(self, node: int) -> HardwareClass:
+        """The hardware class of node index `node`."""
+        return self.hardware[int(self.node_hardware[node])]

@@ -1,0 +1,208 @@
+"""Validation of mirrored requests and outcomes against the contract.
+
+Converters at the transport build the dataclasses; this module decides whether
+their content is acceptable. Every failure raises `InvalidInput` whose field is
+the dotted path of the first offending value, so the caller can fix it and the
+metrics can count rejections by field.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from service.contract.actions import DEFER
+from service.contract.errors import InvalidInput, UnsupportedSchemaVersion
+from service.contract.outcome import Outcome
+from service.contract.request import SUPPORTED_SCHEMA_VERSIONS, MirrorRequest, ProductionDecision
+
+
+@dataclass(frozen=True, slots=True)
+class RequestLimits:
+    """Size limits that keep one request from costing the service too much."""
+
+    max_options: int = 10_000
+    max_nodes: int = 100_000
+    max_nodes_per_option: int = 1_024
+    max_id_length: int = 256
+
+
+def _first_bad(mask: NDArray[np.bool_]) -> int | None:
+    bad = np.flatnonzero(mask)
+    return int(bad[0]) if len(bad) else None
+
+
+def _check_id(field: str, value: str, limits: RequestLimits) -> None:
+    if not value:
+        raise InvalidInput(field, "must be a non-empty string")
+    if len(value) > limits.max_id_length:
+        raise InvalidInput(field, f"must be at most {limits.max_id_length} characters")
+
+
+def _check_column(field: str, values: NDArray[Any], n: int, minimum: float | None = 0.0) -> None:
+    """Length n, finite, and >= minimum; names the first offending node."""
+    if len(values) != n:
+        raise InvalidInput(field, f"must have one value per node ({n}), got {len(values)}")
+    if values.dtype.kind == "f":
+        bad = _first_bad(~np.isfinite(values))
+        if bad is not None:
+            raise InvalidInput(f"{field}[{bad}]", f"must be finite, got {values[bad]}")
+    if minimum is not None:
+        bad = _first_bad(values < minimum)
+        if bad is not None:
+            raise InvalidInput(f"{field}[{bad}]", f"must be >= {minimum:g}, got {values[bad]}")
+
+
+def _check_production(field: str, production: ProductionDecision, n_options: int) -> None:
+    if production.option != DEFER and not 0 <= production.option < n_options:
+        raise InvalidInput(
+            f"{field}.option",
+            f"must be -1 (defer) or in [0, {n_options}), got {production.option}",
+        )
+    p = production.propensity
+    if p is not None and not (math.isfinite(p) and 0.0 < p <= 1.0):
+        raise InvalidInput(f"{field}.propensity", f"must be in (0, 1], got {p}")
+
+
+def validate_state(request: MirrorRequest, limits: RequestLimits) -> None:
+    """Check the cluster snapshot: sizes, finiteness, non-negativity, unique ids."""
+    s = request.state
+    n = s.n_nodes
+    if n == 0:
+        raise InvalidInput("state.node_ids", "must list at least one node")
+    if n > limits.max_nodes:
+        raise InvalidInput("state.node_ids", f"must list at most {limits.max_nodes} nodes, got {n}")
+    if len(set(s.node_ids)) != n:
+        seen: set[str] = set()
+        for i, node_id in enumerate(s.node_ids):
+            if node_id in seen:
+                raise InvalidInput(f"state.node_ids[{i}]", f"duplicates node id {node_id!r}")
+            seen.add(node_id)
+    for i, node_id in enumerate(s.node_ids):
+        if not node_id:
+            raise InvalidInput(f"state.node_ids[{i}]", "must be a non-empty string")
+    if not s.hardware:
+        raise InvalidInput("state.hardware", "must describe at least one hardware class")
+    for i, hw in enumerate(s.hardware):
+        hw.validate(f"state.hardware[{i}]")
+    _check_column("state.node_hardware", s.node_hardware, n)
+    bad = _first_bad(s.node_hardware >= len(s.hardware))
+    if bad is not None:
+        raise InvalidInput(
+            f"state.node_hardware[{bad}]",
+            f"must index state.hardware (< {len(s.hardware)}), got {s.node_hardware[bad]}",
+        )
+    for name in ("accelerators_free", "accelerators_total", "cpu_free", "cpu_total"):
+        _check_column(f"state.{name}", getattr(s, name), n)
+    for name in ("memory_free_gb", "memory_total_gb", "queue_length"):
+        _check_column(f"state.{name}", getattr(s, name), n)
+    _check_column("state.utilisation", s.utilisation, n)
+    bad = _first_bad(s.utilisation > 1.0)
+    if bad is not None:
+        raise InvalidInput(f"state.utilisation[{bad}]", f"must be <= 1, got {s.utilisation[bad]}")
+    for free, total in (
+        ("accelerators_free", "accelerators_total"),
+        ("cpu_free", "cpu_total"),
+        ("memory_free_gb", "memory_total_gb"),
+    ):
+        bad = _first_bad(getattr(s, free) > getattr(s, total))
+        if bad is not None:
+            raise InvalidInput(f"state.{free}[{bad}]", f"must be <= state.{total}[{bad}]")
+    for name in ("healthy", "draining"):
+        _check_column(f"state.{name}", getattr(s, name), n, minimum=None)
+    for name in ("zone", "locality", "labels"):
+        if len(getattr(s, name)) != n:
+            raise InvalidInput(f"state.{name}", f"must have one entry per node ({n})")
+
+
+def validate_request(request: MirrorRequest, limits: RequestLimits | None = None) -> None:
+    """Raise `InvalidInput` unless `request` satisfies the contract."""
+    limits = limits or RequestLimits()
+    if request.schema_version not in SUPPORTED_SCHEMA_VERSIONS:
+        raise UnsupportedSchemaVersion(
+            "schema_version",
+            f"must be one of {sorted(SUPPORTED_SCHEMA_VERSIONS)}, got {request.schema_version}",
+        )
+    _check_id("request_id", request.request_id, limits)
+    if not math.isfinite(request.request_time) or request.request_time <= 0:
+        raise InvalidInput(
+            "request_time", f"must be positive Unix seconds, got {request.request_time}"
+        )
+    validate_state(request, limits)
+    validate_workload(request)
+    o = request.options
+    n_options = o.n_options
+    if n_options < 1:
+        raise InvalidInput("options", "must list at least one placement option")
+    if n_options > limits.max_options:
+        raise InvalidInput("options", f"must list at most {limits.max_options}, got {n_options}")
+    if o.node_offsets[0] != 0 or o.node_offsets[-1] != len(o.node_index):
+        raise InvalidInput("options.node_offsets", "must start at 0 and end at len(node_index)")
+    sizes = np.diff(o.node_offsets)
+    bad = _first_bad(sizes < 1)
+    if bad is not None:
+        raise InvalidInput(f"options[{bad}]", "must place on at least one node")
+    bad = _first_bad(sizes > limits.max_nodes_per_option)
+    if bad is not None:
+        raise InvalidInput(
+            f"options[{bad}]", f"spans more than {limits.max_nodes_per_option} nodes"
+        )
+    if len(o.accelerators) != len(o.node_index):
+        raise InvalidInput("options.accelerators", "must have one count per node entry")
+    bad = _first_bad((o.node_index < 0) | (o.node_index >= request.state.n_nodes))
+    if bad is not None:
+        raise InvalidInput(
+            f"options.node_index[{bad}]",
+            f"must index state nodes (< {request.state.n_nodes}), got {o.node_index[bad]}",
+        )
+    bad = _first_bad(o.accelerators < 0)
+    if bad is not None:
+        raise InvalidInput(
+            f"options.accelerators[{bad}]", f"must be >= 0, got {o.accelerators[bad]}"
+        )
+    if len(o.option_ids) not in (0, n_options):
+        raise InvalidInput("options.option_ids", f"must be empty or one per option ({n_options})")
+    if request.production is not None:
+        _check_production("production", request.production, n_options)
+    q = request.quota_remaining
+    if q is not None and not (math.isfinite(q) and q >= 0):
+        raise InvalidInput("quota_remaining", f"must be finite and >= 0, got {q}")
+
+
+def validate_workload(request: MirrorRequest) -> None:
+    """Check the workload's numbers and identifiers."""
+    w = request.workload
+    _check_id("workload.workload_id", w.workload_id, RequestLimits())
+    for name in ("model_size_b", "accelerator_memory_gb", "cpu_per_node", "memory_per_node_gb"):
+        value = getattr(w, name)
+        if not math.isfinite(value) or value < 0:
+            raise InvalidInput(f"workload.{name}", f"must be finite and >= 0, got {value}")
+    if w.accelerators < 0:
+        raise InvalidInput("workload.accelerators", f"must be >= 0, got {w.accelerators}")
+    if w.gang_size < 1:
+        raise InvalidInput("workload.gang_size", f"must be >= 1, got {w.gang_size}")
+    for name in ("slo_seconds", "work_units"):
+        value = getattr(w, name)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise InvalidInput(f"workload.{name}", f"must be finite and > 0 when set, got {value}")
+
+
+def validate_outcome(outcome: Outcome, limits: RequestLimits | None = None) -> None:
+    """Raise `InvalidInput` unless `outcome` satisfies the contract."""
+    _check_id("request_id", outcome.request_id, limits or RequestLimits())
+    if not math.isfinite(outcome.observed_at) or outcome.observed_at <= 0:
+        raise InvalidInput(
+            "observed_at", f"must be positive Unix seconds, got {outcome.observed_at}"
+        )
+    for name in ("queue_delay_s", "throughput", "completion_time_s"):
+        value = getattr(outcome, name)
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise InvalidInput(name, f"must be finite and >= 0 when set, got {value}")
+    if outcome.production is not None:
+        if outcome.production.option < DEFER:
+            raise InvalidInput("production.option", "must be -1 (defer) or an option index")
+        _check_production("production", outcome.production, n_options=2**31 - 1)
