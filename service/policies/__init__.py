@@ -1,0 +1,1 @@
+"""Candidate placement policies: the Policy interface, baselines, ONNX policies, registry."""

@@ -1,0 +1,114 @@
+"""The Policy interface: a batch of requests in, a decision per request out.
+
+Policies are scored in micro-batches, so inputs are concatenated across the
+batch in CSR form: request ``r`` owns rows ``offsets[r]:offsets[r + 1]`` of the
+option arrays. A policy never sees infeasible options as choosable: it gets the
+mask, returns raw scores for every option (so the reliability metric "raw
+favourite was infeasible" can be computed) and probabilities that are zero on
+masked options.
+
+The action space per request is its options plus `DEFER`; the probability of
+deferring is returned separately (``defer_probability``) so the option arrays
+stay aligned with the features.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from service.contract import MirrorRequest
+
+
+class DecisionStatus(StrEnum):
+    """Outcome of scoring one request with one policy."""
+
+    OK = "ok"
+    ALL_INFEASIBLE = "all_infeasible"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+
+
+@dataclass(frozen=True, eq=False)
+class ScoringBatch:
+    """Inputs for one micro-batch.
+
+    Attributes:
+        features: float32, shape ``(n_options_total, N_FEATURES)``.
+        offsets: int64, shape ``(n_requests + 1,)``, CSR row offsets per request.
+        mask: bool, shape ``(n_options_total,)``, True where the option is feasible.
+        requests: the contract requests, for baselines that read raw state or
+            production's decision; ONNX policies only read the arrays.
+    """
+
+    features: NDArray[np.float32]
+    offsets: NDArray[np.int64]
+    mask: NDArray[np.bool_]
+    requests: Sequence[MirrorRequest]
+
+    @property
+    def n_requests(self) -> int:
+        """Number of requests in the batch."""
+        return len(self.offsets) - 1
+
+    @property
+    def request_of_row(self) -> NDArray[np.int64]:
+        """Request index of every option row, shape ``(n_options_total,)``."""
+        return np.repeat(np.arange(self.n_requests), np.diff(self.offsets))
+
+
+@dataclass(frozen=True, eq=False)
+class PolicyDecisions:
+    """A policy's decisions for every request of a batch.
+
+    Attributes:
+        scores: float32, shape ``(n_options_total,)``, raw scores before masking
+            (higher = preferred); NaN where the policy produces none.
+        probabilities: float64, shape ``(n_options_total,)``, probability of
+            each option; zero on infeasible options.
+        defer_probability: float64, shape ``(n_requests,)``; per request,
+            probabilities over its options plus this sum to 1.
+        chosen: int64, shape ``(n_requests,)``, option index within the
+            request (not the batch row), or ``DEFER`` (-1).
+        raw_favourite_infeasible: bool, shape ``(n_requests,)``, whether the
+            highest raw score was on a masked option.
+        status: one `DecisionStatus` per request.
+        predictions: optional predicted outcomes per option row, name -> array
+            of shape ``(n_options_total,)`` (e.g. ``"throughput_q50"``).
+    """
+
+    scores: NDArray[np.float32]
+    probabilities: NDArray[np.float64]
+    defer_probability: NDArray[np.float64]
+    chosen: NDArray[np.int64]
+    raw_favourite_infeasible: NDArray[np.bool_]
+    status: tuple[DecisionStatus, ...]
+    predictions: dict[str, NDArray[np.float32]] | None = None
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """What the scorer, the simulator and offline replay call."""
+
+    @property
+    def name(self) -> str:
+        """Registry name of the policy."""
+        ...
+
+    @property
+    def version(self) -> str:
+        """Version of the policy artifact or code."""
+        ...
+
+    def decide(self, batch: ScoringBatch, rng: np.random.Generator) -> PolicyDecisions:
+        """Score every request of `batch` and sample (or pick) an action for each.
+
+        `rng` makes stochastic policies reproducible: the same batch and seed
+        give the same decisions.
+        """
+        ...
