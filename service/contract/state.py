@@ -7,17 +7,23 @@ options, never per node in Python.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 
+from service.contract.errors import InvalidInput
 from service.contract.hardware import HardwareClass
 
+_Scalar = TypeVar("_Scalar", bound=np.generic)
 
-def frozen_array(values: object, dtype: type[np.generic]) -> NDArray[np.generic]:
+
+def frozen_array(values: object, dtype: type[_Scalar]) -> NDArray[_Scalar]:
     """A read-only 1-D copy of `values`, so frozen dataclasses stay frozen."""
-    array = np.array(values, dtype=dtype, copy=True).reshape(-1)
+    array: NDArray[_Scalar] = np.array(values, dtype=dtype, copy=True).reshape(-1)
     array.flags.writeable = False
     return array
 
@@ -71,3 +77,21 @@ class ClusterState:
     def hardware_of(self, node: int) -> HardwareClass:
         """The hardware class of node index `node`."""
         return self.hardware[int(self.node_hardware[node])]
+
+
+def labels_from_csr(
+    offsets: Sequence[int], labels: Sequence[str], n_nodes: int
+) -> tuple[frozenset[str], ...]:
+    """Per-node label sets from the wire's CSR form (node i owns labels[o[i]:o[i+1]])."""
+    if not offsets:
+        if labels:
+            raise InvalidInput("state.label_offsets", "must be set when labels are given")
+        return tuple(frozenset() for _ in range(n_nodes))
+    if len(offsets) != n_nodes + 1 or offsets[0] != 0 or offsets[-1] != len(labels):
+        raise InvalidInput(
+            "state.label_offsets",
+            f"must have n_nodes + 1 ({n_nodes + 1}) entries from 0 to len(labels)",
+        )
+    if any(b < a for a, b in itertools.pairwise(offsets)):
+        raise InvalidInput("state.label_offsets", "must be non-decreasing")
+    return tuple(frozenset(labels[offsets[i] : offsets[i + 1]]) for i in range(n_nodes))

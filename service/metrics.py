@@ -1,0 +1,97 @@
+"""All Prometheus metrics of the service, owned by one object.
+
+`ServiceMetrics(registry)` is built by the composition root and passed to
+whatever records; tests build their own `CollectorRegistry` and read values
+back with `get_sample_value`, so no global state needs cleaning.
+
+Label values are bounded: rejection fields are normalised (indices dropped:
+``state.node_ids[3]`` -> ``state.node_ids[]``) so hostile input cannot create
+unbounded series.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_INDEX = re.compile(r"\[\d+\]")
+_MAX_FIELD_LABEL = 80
+
+ACK_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+
+
+def field_label(field: str) -> str:
+    """A bounded-cardinality label for a field path."""
+    return _INDEX.sub("[]", field)[:_MAX_FIELD_LABEL]
+
+
+class ServiceMetrics:
+    """The service's metrics, registered on `registry`."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.ingest = Counter(
+            "understudy_ingest",
+            "Mirrored requests and outcomes received, by result (accepted, shed, rejected).",
+            ["transport", "kind", "result"],
+            registry=registry,
+        )
+        self.rejections = Counter(
+            "understudy_ingest_rejections",
+            "Rejected inputs by the field that was wrong.",
+            ["transport", "kind", "field"],
+            registry=registry,
+        )
+        self.auth_failures = Counter(
+            "understudy_auth_failures",
+            "Calls refused for missing/unknown credentials or a role without permission.",
+            ["transport", "reason"],
+            registry=registry,
+        )
+        self.ack_latency = Histogram(
+            "understudy_ack_latency_seconds",
+            "Time from receiving a mirrored message to its ack being ready.",
+            ["transport"],
+            buckets=ACK_BUCKETS,
+            registry=registry,
+        )
+        self.journal_depth_records = Gauge(
+            "understudy_journal_depth_records",
+            "Records appended but not yet checkpointed by the slowest consumer.",
+            registry=registry,
+        )
+        self.journal_depth_bytes = Gauge(
+            "understudy_journal_depth_bytes",
+            "Bytes appended but not yet checkpointed by the slowest consumer.",
+            registry=registry,
+        )
+        self.journal_capacity_bytes = Gauge(
+            "understudy_journal_capacity_bytes",
+            "Bound on unconsumed journal bytes; at it, mirrored work is shed.",
+            registry=registry,
+        )
+        self.journal_head_seq = Gauge(
+            "understudy_journal_head_sequence",
+            "Sequence number of the last appended journal record.",
+            registry=registry,
+        )
+        self.ready = Gauge(
+            "understudy_ready",
+            "1 when the service can accept mirrored work, 0 otherwise.",
+            registry=registry,
+        )
+
+    def watch_journal(
+        self,
+        depth_records: Callable[[], float],
+        depth_bytes: Callable[[], float],
+        capacity_bytes: Callable[[], float],
+        head_seq: Callable[[], float],
+    ) -> None:
+        """Read the journal gauges at scrape time instead of on the ack path."""
+        self.journal_depth_records.set_function(depth_records)
+        self.journal_depth_bytes.set_function(depth_bytes)
+        self.journal_capacity_bytes.set_function(capacity_bytes)
+        self.journal_head_seq.set_function(head_seq)

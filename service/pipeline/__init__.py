@@ -1,0 +1,1 @@
+"""The running engine: ingest journal, batching scorer, log writer, evaluator loop."""

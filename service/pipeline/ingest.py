@@ -1,0 +1,109 @@
+"""Ingest: validate, append to the journal, ack. Nothing else on the ack path.
+
+This is the one engine both transports delegate to (the MLServer shape): a
+transport hands over a *decode* thunk that turns its bytes into a contract
+object plus the canonical payload to journal, so that every rejection — a
+malformed protobuf, bad JSON, a failed contract rule — is counted here, by
+field, in one place. Scoring and logging happen behind the journal; the ack
+latency therefore does not depend on policy count, model speed or database
+health (ARCHITECTURE.md, non-negotiable 2).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from service.contract import InvalidInput, MirrorRequest, Outcome, RequestLimits
+from service.contract.validation import validate_outcome, validate_request
+from service.metrics import ServiceMetrics, field_label
+from service.pipeline.journal import IngestJournal
+from service.pipeline.journal_format import RecordKind
+
+
+class AckStatus(StrEnum):
+    """What an ack may say. Never a decision."""
+
+    ACCEPTED = "accepted"
+    SHED = "shed"
+    REJECTED = "rejected"
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    """The result of one ingest call: its status, echoed id and journal sequence."""
+
+    status: AckStatus
+    request_id: str
+    journal_seq: int | None
+
+
+MirrorDecoder = Callable[[], tuple[MirrorRequest, bytes]]
+OutcomeDecoder = Callable[[], tuple[Outcome, bytes]]
+
+
+class Ingest:
+    """Validates and journals mirrored requests and outcomes."""
+
+    def __init__(
+        self, journal: IngestJournal, metrics: ServiceMetrics, limits: RequestLimits
+    ) -> None:
+        self._journal = journal
+        self._metrics = metrics
+        self._limits = limits
+
+    def mirror(self, transport: str, decode: MirrorDecoder) -> IngestResult:
+        """Decode, validate and journal one mirrored request.
+
+        Raises:
+            InvalidInput: the request was refused (already counted).
+        """
+        started = time.perf_counter()
+        try:
+            request, payload = decode()
+            validate_request(request, self._limits)
+        except InvalidInput as exc:
+            self.count_rejection(transport, "mirror", exc)
+            raise
+        return self._append(
+            transport, "mirror", RecordKind.MIRROR, request.request_id, payload, started
+        )
+
+    def outcome(self, transport: str, decode: OutcomeDecoder) -> IngestResult:
+        """Decode, validate and journal one outcome report.
+
+        Raises:
+            InvalidInput: the outcome was refused (already counted).
+        """
+        started = time.perf_counter()
+        try:
+            outcome, payload = decode()
+            validate_outcome(outcome, self._limits)
+        except InvalidInput as exc:
+            self.count_rejection(transport, "outcome", exc)
+            raise
+        return self._append(
+            transport, "outcome", RecordKind.OUTCOME, outcome.request_id, payload, started
+        )
+
+    def count_rejection(self, transport: str, kind: str, exc: InvalidInput) -> None:
+        """Count a refused input by transport, kind and (normalised) field."""
+        self._metrics.ingest.labels(transport, kind, AckStatus.REJECTED.value).inc()
+        self._metrics.rejections.labels(transport, kind, field_label(exc.field)).inc()
+
+    def _append(
+        self,
+        transport: str,
+        kind: str,
+        record_kind: RecordKind,
+        request_id: str,
+        payload: bytes,
+        started: float,
+    ) -> IngestResult:
+        seq = self._journal.append(record_kind, payload)
+        status = AckStatus.ACCEPTED if seq is not None else AckStatus.SHED
+        self._metrics.ingest.labels(transport, kind, status.value).inc()
+        self._metrics.ack_latency.labels(transport).observe(time.perf_counter() - started)
+        return IngestResult(status, request_id, seq)

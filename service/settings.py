@@ -1,0 +1,89 @@
+"""Service settings: one pydantic-settings class, environment prefix ``UNDERSTUDY_``.
+
+Built once in the composition root (`service.app`) and passed down; no module
+holds an instance. Every field's docstring is its documentation
+(``understudy settings`` prints them).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+Role = Literal["runtime", "reviewer", "safety", "admin"]
+
+
+class Settings(BaseSettings):
+    """Everything an operator can configure."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="UNDERSTUDY_", use_attribute_docstrings=True, extra="forbid"
+    )
+
+    data_dir: Path = Path("data")
+    """Root for local state: the ingest journal and the embedded PostgreSQL."""
+
+    journal_dir: Path | None = None
+    """Ingest journal directory; defaults to `<data_dir>/journal`."""
+
+    journal_segment_bytes: int = Field(default=64 * 1024 * 1024, gt=4096)
+    """Size at which a journal segment file is closed and a new one started."""
+
+    journal_max_bytes: int = Field(default=1024 * 1024 * 1024, gt=0)
+    """Bound on unconsumed journal bytes; beyond it mirrored requests are shed."""
+
+    journal_fsync: Literal["never", "interval", "always"] = "interval"
+    """When journal appends reach the disk: never (OS decides; survives a process
+    crash only), interval (batched fsync; loses at most one interval on power loss),
+    always (fsync before every ack; slowest)."""
+
+    journal_fsync_interval_s: float = Field(default=0.05, gt=0)
+    """Period of the batched fsync when `journal_fsync` is `interval`."""
+
+    grpc_host: str = "127.0.0.1"
+    """Address the gRPC server binds."""
+
+    grpc_port: int = Field(default=50051, ge=0, le=65535)
+    """gRPC port; 0 picks a free one (tests)."""
+
+    grpc_max_workers: int = Field(default=16, ge=1)
+    """Threads serving gRPC calls; each open stream holds one."""
+
+    http_host: str = "127.0.0.1"
+    """Address the HTTP server binds."""
+
+    http_port: int = Field(default=8080, ge=0, le=65535)
+    """HTTP port; 0 picks a free one (tests)."""
+
+    max_request_bytes: int = Field(default=4 * 1024 * 1024, gt=1024)
+    """Largest accepted request body (HTTP) or message (gRPC)."""
+
+    max_options: int = Field(default=10_000, ge=1)
+    """Most placement options one request may list."""
+
+    max_nodes: int = Field(default=100_000, ge=1)
+    """Most nodes one cluster snapshot may list."""
+
+    auth_tokens: dict[str, Role] = Field(default_factory=dict)
+    """Bearer tokens, stored as sha256 hex digest -> role (JSON in the environment).
+    Make a digest with `understudy token-hash`. No entry for a role means nobody
+    has it."""
+
+    @field_validator("auth_tokens")
+    @classmethod
+    def _digests_only(cls, tokens: dict[str, Role]) -> dict[str, Role]:
+        for digest in tokens:
+            if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+                raise ValueError(
+                    "auth_tokens keys must be sha256 hex digests (64 lowercase hex "
+                    "characters), never raw tokens"
+                )
+        return tokens
+
+    @property
+    def resolved_journal_dir(self) -> Path:
+        """The journal directory after applying the default."""
+        return self.journal_dir or self.data_dir / "journal"

@@ -1,0 +1,1 @@
+"""Transports: convert messages, delegate to the pipeline, map errors. Nothing else."""

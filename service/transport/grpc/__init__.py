@@ -1,0 +1,1 @@
+"""gRPC transport: ShadowEvaluation servicer, health and reflection."""

@@ -1,0 +1,214 @@
+"""The ShadowEvaluation servicer: decode, delegate to `Ingest`, ack.
+
+Handlers receive raw bytes (no deserializer registered) and parse them inside
+the ingest call, so a malformed protobuf is an INVALID_ARGUMENT that is counted
+like any other rejection, instead of an uncounted INTERNAL raised inside gRPC.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from service.auth import Role, TokenAuthority
+from service.contract import InvalidInput, MirrorRequest, Outcome, PayloadTooLarge
+from service.contract.errors import AuthError
+from service.metrics import ServiceMetrics
+from service.pipeline.ingest import AckStatus, Ingest, IngestResult
+from service.transport.grpc.errors import abort, handle_errors
+from service.transport.grpc.streams import StreamProgress
+from service.wire.convert import mirror_request_from_pb, outcome_from_pb
+from service.wire.understudy.v1 import contract_pb2, shadow_pb2
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "understudy.v1.ShadowEvaluation"
+_PB_STATUS = {
+    AckStatus.ACCEPTED: shadow_pb2.ACK_STATUS_ACCEPTED,
+    AckStatus.SHED: shadow_pb2.ACK_STATUS_SHED,
+    AckStatus.REJECTED: shadow_pb2.ACK_STATUS_REJECTED,
+}
+
+
+def _parse(message: Any, raw: bytes, what: str, limit: int) -> None:
+    if len(raw) > limit:
+        raise PayloadTooLarge(what, f"is {len(raw)} bytes; the limit is {limit}")
+    try:
+        message.ParseFromString(raw)
+    except DecodeError as exc:
+        raise InvalidInput(what, f"is not a valid protobuf message: {exc}") from exc
+
+
+class ShadowEvaluationServicer:
+    """Implements the four RPCs of `ShadowEvaluation` over raw bytes."""
+
+    def __init__(
+        self,
+        ingest: Ingest,
+        authority: TokenAuthority,
+        metrics: ServiceMetrics,
+        max_request_bytes: int,
+    ) -> None:
+        self._ingest = ingest
+        self._authority = authority
+        self._metrics = metrics
+        self._limit = max_request_bytes
+
+    def _authorise(self, context: grpc.ServicerContext) -> None:
+        metadata = dict(context.invocation_metadata())
+        try:
+            self._authority.require(metadata.get("authorization"), Role.RUNTIME)
+        except AuthError as exc:
+            self._metrics.auth_failures.labels("grpc", type(exc).__name__).inc()
+            abort(context, exc)
+
+    def _decode_mirror(self, raw: bytes) -> Callable[[], tuple[MirrorRequest, bytes]]:
+        def decode() -> tuple[MirrorRequest, bytes]:
+            msg = contract_pb2.MirrorRequest()
+            _parse(msg, raw, "request", self._limit)
+            return mirror_request_from_pb(msg), raw
+
+        return decode
+
+    def _decode_outcome(self, raw: bytes) -> Callable[[], tuple[Outcome, bytes]]:
+        def decode() -> tuple[Outcome, bytes]:
+            msg = contract_pb2.Outcome()
+            _parse(msg, raw, "outcome", self._limit)
+            return outcome_from_pb(msg), raw
+
+        return decode
+
+    @handle_errors
+    def mirror(self, raw: bytes, context: grpc.ServicerContext) -> shadow_pb2.MirrorAck:
+        """Unary mirror: INVALID_ARGUMENT on bad input, else ACCEPTED or SHED."""
+        self._authorise(context)
+        result = self._ingest.mirror("grpc", self._decode_mirror(raw))
+        return shadow_pb2.MirrorAck(status=_PB_STATUS[result.status], request_id=result.request_id)
+
+    @handle_errors
+    def report_outcome(self, raw: bytes, context: grpc.ServicerContext) -> shadow_pb2.OutcomeAck:
+        """Unary outcome report."""
+        self._authorise(context)
+        result = self._ingest.outcome("grpc", self._decode_outcome(raw))
+        return shadow_pb2.OutcomeAck(status=_PB_STATUS[result.status], request_id=result.request_id)
+
+    def mirror_stream(
+        self, requests: Iterator[bytes], context: grpc.ServicerContext
+    ) -> Iterator[shadow_pb2.StreamAck]:
+        """Bidirectional mirror stream with cumulative acks by sequence number."""
+        self._authorise(context)
+
+        def handle(raw: bytes) -> tuple[int, IngestResult]:
+            envelope = shadow_pb2.MirrorStreamRequest()
+            _parse(envelope, raw, "message", self._limit + 64)
+            if not envelope.HasField("request"):
+                raise InvalidInput("request", "is required in every stream message")
+            payload = envelope.request.SerializeToString()
+
+            def decode() -> tuple[MirrorRequest, bytes]:
+                return mirror_request_from_pb(envelope.request), payload
+
+            return envelope.sequence, self._ingest.mirror("grpc_stream", decode)
+
+        return self._run_stream(requests, context, handle, "mirror")
+
+    def report_outcome_stream(
+        self, requests: Iterator[bytes], context: grpc.ServicerContext
+    ) -> Iterator[shadow_pb2.StreamAck]:
+        """Bidirectional outcome stream with cumulative acks."""
+        self._authorise(context)
+
+        def handle(raw: bytes) -> tuple[int, IngestResult]:
+            envelope = shadow_pb2.OutcomeStreamRequest()
+            _parse(envelope, raw, "message", self._limit + 64)
+            if not envelope.HasField("outcome"):
+                raise InvalidInput("outcome", "is required in every stream message")
+            payload = envelope.outcome.SerializeToString()
+
+            def decode() -> tuple[Outcome, bytes]:
+                return outcome_from_pb(envelope.outcome), payload
+
+            return envelope.sequence, self._ingest.outcome("grpc_stream", decode)
+
+        return self._run_stream(requests, context, handle, "outcome")
+
+    def _run_stream(
+        self,
+        requests: Iterator[bytes],
+        context: grpc.ServicerContext,
+        handle: Callable[[bytes], tuple[int, IngestResult]],
+        kind: str,
+    ) -> Iterator[shadow_pb2.StreamAck]:
+        progress = StreamProgress()
+
+        def consume() -> None:
+            try:
+                for raw in requests:
+                    self._consume_one(raw, handle, progress, kind)
+            except grpc.RpcError:
+                log.info("%s stream ended by the client", kind)
+            except Exception:  # a reader must never die silently and hang the acks
+                log.exception("%s stream reader failed", kind)
+            finally:
+                progress.finish()
+
+        threading.Thread(target=consume, name=f"{kind}-stream-reader", daemon=True).start()
+        yield from progress.acks()
+
+    def _consume_one(
+        self,
+        raw: bytes,
+        handle: Callable[[bytes], tuple[int, IngestResult]],
+        progress: StreamProgress,
+        kind: str,
+    ) -> None:
+        try:
+            sequence, result = handle(raw)
+        except InvalidInput as exc:
+            if exc.field in ("message", "request", "outcome"):
+                # The envelope itself was unreadable: not counted by the engine yet.
+                self._ingest.count_rejection("grpc_stream", kind, exc)
+            # Best effort: a message we could not read has no sequence of its own.
+            progress.record(shadow_pb2.ACK_STATUS_REJECTED, progress.last_sequence + 1)
+            progress.last_sequence += 1
+            return
+        if sequence <= progress.last_sequence:
+            self._ingest.count_rejection(
+                "grpc_stream",
+                kind,
+                InvalidInput(
+                    "sequence", f"must increase; got {sequence} after {progress.last_sequence}"
+                ),
+            )
+            progress.record(shadow_pb2.ACK_STATUS_REJECTED, sequence)
+            return
+        progress.last_sequence = sequence
+        progress.record(_PB_STATUS[result.status], sequence)
+
+
+def generic_handler(servicer: ShadowEvaluationServicer) -> grpc.GenericRpcHandler:
+    """Method handlers with raw-bytes requests and protobuf responses."""
+
+    def serialize(message: Any) -> bytes:
+        return bytes(message.SerializeToString())
+
+    handlers = {
+        "Mirror": grpc.unary_unary_rpc_method_handler(
+            servicer.mirror, response_serializer=serialize
+        ),
+        "ReportOutcome": grpc.unary_unary_rpc_method_handler(
+            servicer.report_outcome, response_serializer=serialize
+        ),
+        "MirrorStream": grpc.stream_stream_rpc_method_handler(
+            servicer.mirror_stream, response_serializer=serialize
+        ),
+        "ReportOutcomeStream": grpc.stream_stream_rpc_method_handler(
+            servicer.report_outcome_stream, response_serializer=serialize
+        ),
+    }
+    return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)

@@ -1,0 +1,1 @@
+"""HTTP transport (FastAPI): the same contract and validation as gRPC, as JSON."""

@@ -1,0 +1,176 @@
+"""The HTTP app: POST /v1/mirror, POST /v1/outcomes, /healthz, /readyz, /metrics.
+
+Bodies are read with a hard size limit and parsed with pydantic's JSON
+validator; refusals carry `{"error", "field", "message"}` with a status from
+`STATUS_BY_ERROR`. The OpenAPI document (``/openapi.json``) describes the
+bodies from the same pydantic models.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from service import __version__
+from service.auth import Role, TokenAuthority
+from service.contract import MirrorRequest, Outcome
+from service.contract.errors import (
+    AuthError,
+    Conflict,
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+    PermissionDenied,
+    Unauthenticated,
+    Unavailable,
+    UnderstudyError,
+)
+from service.metrics import ServiceMetrics
+from service.pipeline.ingest import Ingest, IngestResult
+from service.readiness import Readiness
+from service.transport.http.convert import mirror_from_json, outcome_from_json
+from service.transport.http.models import AckModel, ErrorModel, MirrorRequestModel, OutcomeModel
+
+STATUS_BY_ERROR: tuple[tuple[type[UnderstudyError], int], ...] = (
+    (PayloadTooLarge, 413),
+    (InvalidInput, 400),
+    (Unauthenticated, 401),
+    (PermissionDenied, 403),
+    (NotFound, 404),
+    (Conflict, 409),
+    (Unavailable, 503),
+)
+
+_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorModel} for code in (400, 401, 403, 413)
+}
+
+
+def status_for(exc: UnderstudyError) -> int:
+    """The HTTP status of an error: the first table row it is an instance of."""
+    for cls, code in STATUS_BY_ERROR:
+        if isinstance(exc, cls):
+            return code
+    return 500
+
+
+def _body_schema(model: type[MirrorRequestModel] | type[OutcomeModel]) -> dict[str, Any]:
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": model.model_json_schema()}},
+        }
+    }
+
+
+async def _read_limited(request: Request, limit: int) -> bytes:
+    """Read at most `limit + 1` bytes: enough to know the body is too large."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return b"\0" * (limit + 1)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            break
+    return b"".join(chunks)
+
+
+def create_http_app(
+    ingest: Ingest,
+    authority: TokenAuthority,
+    metrics: ServiceMetrics,
+    readiness: Readiness,
+    max_request_bytes: int,
+) -> FastAPI:
+    """Build the FastAPI app around the shared ingest engine."""
+    app = FastAPI(
+        title="Understudy",
+        version=__version__,
+        description="Shadow evaluation of placement policies. Acks never carry a decision.",
+    )
+
+    @app.exception_handler(UnderstudyError)
+    async def _on_error(_: Request, exc: UnderstudyError) -> JSONResponse:
+        body = ErrorModel(
+            error=type(exc).__name__,
+            field=exc.field if isinstance(exc, InvalidInput) else None,
+            message=str(exc),
+        )
+        headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthenticated) else None
+        return JSONResponse(body.model_dump(), status_code=status_for(exc), headers=headers)
+
+    def authorise(request: Request) -> None:
+        try:
+            authority.require(request.headers.get("authorization"), Role.RUNTIME)
+        except AuthError as exc:
+            metrics.auth_failures.labels("http", type(exc).__name__).inc()
+            raise
+
+    def checked(what: str, body: bytes) -> bytes:
+        if len(body) > max_request_bytes:
+            raise PayloadTooLarge(what, f"exceeds the limit of {max_request_bytes} bytes")
+        return body
+
+    def ack(result: IngestResult) -> JSONResponse:
+        model = AckModel(status=result.status.value, request_id=result.request_id)
+        return JSONResponse(model.model_dump(), status_code=202)
+
+    @app.post(
+        "/v1/mirror",
+        response_model=AckModel,
+        status_code=202,
+        responses=_ERROR_RESPONSES,
+        openapi_extra=_body_schema(MirrorRequestModel),
+        summary="Mirror a placement request (acked once journaled; no decision returned)",
+    )
+    async def mirror(request: Request) -> JSONResponse:
+        authorise(request)
+        body = await _read_limited(request, max_request_bytes)
+
+        def decode() -> tuple[MirrorRequest, bytes]:
+            return mirror_from_json(checked("body", body))
+
+        return ack(ingest.mirror("http", decode))
+
+    @app.post(
+        "/v1/outcomes",
+        response_model=AckModel,
+        status_code=202,
+        responses=_ERROR_RESPONSES,
+        openapi_extra=_body_schema(OutcomeModel),
+        summary="Report the delayed outcome of a mirrored request",
+    )
+    async def outcomes(request: Request) -> JSONResponse:
+        authorise(request)
+        body = await _read_limited(request, max_request_bytes)
+
+        def decode() -> tuple[Outcome, bytes]:
+            return outcome_from_json(checked("body", body))
+
+        return ack(ingest.outcome("http", decode))
+
+    @app.get("/healthz", summary="Liveness: the process answers")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", summary="Readiness, with every dependency's state")
+    async def readyz() -> JSONResponse:
+        results = readiness.evaluate()
+        ok = all(r.ok for r in results)
+        body = {
+            "ready": ok,
+            "checks": [{"name": r.name, "ok": r.ok, "detail": r.detail} for r in results],
+        }
+        return JSONResponse(body, status_code=200 if ok else 503)
+
+    @app.get("/metrics", summary="Prometheus metrics", include_in_schema=False)
+    async def prometheus_metrics() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app

@@ -1,0 +1,126 @@
+"""Pydantic models of the HTTP JSON bodies.
+
+They mirror the protobuf messages field for field (same names, same columnar
+shape), so one document describes both transports. They stop at the transport:
+`service.transport.http.convert` turns them into contract dataclasses.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class HardwareClassModel(_Strict):
+    """Capabilities of one accelerator of a class."""
+
+    name: str
+    accelerator_memory_gb: float
+    peak_dense_tflops: float
+    memory_bandwidth_gbps: float
+    interconnect_gbps: float
+
+
+class ClusterStateModel(_Strict):
+    """Columnar cluster snapshot: one value per node in every list."""
+
+    node_ids: list[str]
+    hardware: list[HardwareClassModel]
+    node_hardware: list[int]
+    accelerators_free: list[int]
+    accelerators_total: list[int]
+    cpu_free: list[float]
+    cpu_total: list[float]
+    memory_free_gb: list[float]
+    memory_total_gb: list[float]
+    utilisation: list[float]
+    queue_length: list[int]
+    healthy: list[bool]
+    draining: list[bool]
+    zone: list[str]
+    locality: list[str]
+    label_offsets: list[int] = Field(default_factory=list)
+    labels: list[str] = Field(default_factory=list)
+
+
+class WorkloadModel(_Strict):
+    """The job to place."""
+
+    workload_id: str
+    kind: Literal["train", "finetune", "infer", "batch"]
+    model_family: str
+    model_size_b: float
+    accelerators: int
+    accelerator_memory_gb: float
+    cpu_per_node: float
+    memory_per_node_gb: float
+    gang_size: int
+    priority: int
+    tenant: str
+    slo_seconds: float | None = None
+    work_units: float | None = None
+    allowed_hardware: list[str] = Field(default_factory=list)
+    affinity: list[str] = Field(default_factory=list)
+    anti_affinity: list[str] = Field(default_factory=list)
+
+
+class PlacementOptionsModel(_Strict):
+    """Options in CSR form (see docs/contract.md)."""
+
+    node_offsets: list[int]
+    node_index: list[int]
+    accelerators: list[int]
+    option_ids: list[str] = Field(default_factory=list)
+
+
+class ProductionDecisionModel(_Strict):
+    """Production's chosen option (-1 = defer) and its propensity."""
+
+    option: int
+    propensity: float | None = None
+
+
+class MirrorRequestModel(_Strict):
+    """A mirrored placement request."""
+
+    schema_version: int
+    request_id: str
+    request_time: float
+    state: ClusterStateModel
+    workload: WorkloadModel
+    options: PlacementOptionsModel
+    production: ProductionDecisionModel | None = None
+    quota_remaining: float | None = None
+
+
+class OutcomeModel(_Strict):
+    """A delayed outcome report."""
+
+    request_id: str
+    observed_at: float
+    queue_delay_s: float | None = None
+    throughput: float | None = None
+    completion_time_s: float | None = None
+    slo_met: bool | None = None
+    failure: Literal["none", "oom", "preempted", "crashed", "other"] = "none"
+    production: ProductionDecisionModel | None = None
+
+
+class AckModel(BaseModel):
+    """An ack: status and the echoed id. Never a decision."""
+
+    status: Literal["accepted", "shed"]
+    request_id: str
+
+
+class ErrorModel(BaseModel):
+    """An error body: which field was wrong and what was expected."""
+
+    error: str
+    field: str | None = None
+    message: str

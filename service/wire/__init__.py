@@ -1,0 +1,1 @@
+"""Wire formats: generated protobuf code and proto <-> contract converters."""

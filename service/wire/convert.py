@@ -1,0 +1,266 @@
+"""Converters between protobuf messages and the contract's dataclasses.
+
+One function per message pair, as in MLServer's ``grpc/converters.py``. Packed
+repeated fields become numpy arrays in one call each (cheap: no per-element
+Python objects). Structural problems that protobuf's defaults would hide —
+a missing sub-message, an unspecified enum — are raised here as
+`InvalidInput`; content rules live in `service.contract.validation`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from service.contract import (
+    ClusterState,
+    FailureKind,
+    HardwareClass,
+    InvalidInput,
+    MirrorRequest,
+    Outcome,
+    PlacementOptions,
+    ProductionDecision,
+    Workload,
+    WorkloadKind,
+)
+from service.contract.state import frozen_array, labels_from_csr
+from service.wire.understudy.v1 import contract_pb2 as pb
+
+_KIND_FROM_PB = {
+    pb.WORKLOAD_KIND_TRAIN: WorkloadKind.TRAIN,
+    pb.WORKLOAD_KIND_FINETUNE: WorkloadKind.FINETUNE,
+    pb.WORKLOAD_KIND_INFER: WorkloadKind.INFER,
+    pb.WORKLOAD_KIND_BATCH: WorkloadKind.BATCH,
+}
+_KIND_TO_PB = {v: k for k, v in _KIND_FROM_PB.items()}
+_FAILURE_FROM_PB = {
+    pb.FAILURE_KIND_NONE: FailureKind.NONE,
+    pb.FAILURE_KIND_OOM: FailureKind.OOM,
+    pb.FAILURE_KIND_PREEMPTED: FailureKind.PREEMPTED,
+    pb.FAILURE_KIND_CRASHED: FailureKind.CRASHED,
+    pb.FAILURE_KIND_OTHER: FailureKind.OTHER,
+}
+_FAILURE_TO_PB = {v: k for k, v in _FAILURE_FROM_PB.items()}
+
+
+def state_from_pb(msg: pb.ClusterState) -> ClusterState:
+    """Build a `ClusterState`; column lengths are checked by the validator."""
+    n = len(msg.node_ids)
+    return ClusterState(
+        node_ids=tuple(msg.node_ids),
+        hardware=tuple(
+            HardwareClass(
+                h.name,
+                h.accelerator_memory_gb,
+                h.peak_dense_tflops,
+                h.memory_bandwidth_gbps,
+                h.interconnect_gbps,
+            )
+            for h in msg.hardware
+        ),
+        node_hardware=frozen_array(msg.node_hardware, np.int32),
+        accelerators_free=frozen_array(msg.accelerators_free, np.int32),
+        accelerators_total=frozen_array(msg.accelerators_total, np.int32),
+        cpu_free=frozen_array(msg.cpu_free, np.float32),
+        cpu_total=frozen_array(msg.cpu_total, np.float32),
+        memory_free_gb=frozen_array(msg.memory_free_gb, np.float32),
+        memory_total_gb=frozen_array(msg.memory_total_gb, np.float32),
+        utilisation=frozen_array(msg.utilisation, np.float32),
+        queue_length=frozen_array(msg.queue_length, np.int32),
+        healthy=frozen_array(msg.healthy, np.bool_),
+        draining=frozen_array(msg.draining, np.bool_),
+        zone=tuple(msg.zone),
+        locality=tuple(msg.locality),
+        labels=labels_from_csr(msg.label_offsets, msg.labels, n),
+    )
+
+
+def workload_from_pb(msg: pb.Workload) -> Workload:
+    """Build a `Workload`; an unspecified kind is refused here."""
+    kind = _KIND_FROM_PB.get(msg.kind)
+    if kind is None:
+        raise InvalidInput(
+            "workload.kind", f"must be train, finetune, infer or batch, got {msg.kind}"
+        )
+    return Workload(
+        workload_id=msg.workload_id,
+        kind=kind,
+        model_family=msg.model_family,
+        model_size_b=msg.model_size_b,
+        accelerators=msg.accelerators,
+        accelerator_memory_gb=msg.accelerator_memory_gb,
+        cpu_per_node=msg.cpu_per_node,
+        memory_per_node_gb=msg.memory_per_node_gb,
+        gang_size=msg.gang_size,
+        priority=msg.priority,
+        tenant=msg.tenant,
+        slo_seconds=msg.slo_seconds if msg.HasField("slo_seconds") else None,
+        work_units=msg.work_units if msg.HasField("work_units") else None,
+        allowed_hardware=frozenset(msg.allowed_hardware),
+        affinity=frozenset(msg.affinity),
+        anti_affinity=frozenset(msg.anti_affinity),
+    )
+
+
+def options_from_pb(msg: pb.PlacementOptions) -> PlacementOptions:
+    """Build `PlacementOptions`; CSR consistency is checked by the validator."""
+    offsets = frozen_array(msg.node_offsets, np.int64)
+    if len(offsets) == 0:
+        raise InvalidInput("options", "must list at least one placement option")
+    return PlacementOptions(
+        node_offsets=offsets,
+        node_index=frozen_array(msg.node_index, np.int32),
+        accelerators=frozen_array(msg.accelerators, np.int32),
+        option_ids=tuple(msg.option_ids),
+    )
+
+
+def _production_from_pb(msg: pb.ProductionDecision) -> ProductionDecision:
+    return ProductionDecision(
+        option=msg.option, propensity=msg.propensity if msg.HasField("propensity") else None
+    )
+
+
+def mirror_request_from_pb(msg: pb.MirrorRequest) -> MirrorRequest:
+    """Build a `MirrorRequest` from its protobuf message."""
+    for part in ("state", "workload", "options"):
+        if not msg.HasField(part):
+            raise InvalidInput(part, "is required")
+    return MirrorRequest(
+        schema_version=msg.schema_version,
+        request_id=msg.request_id,
+        request_time=msg.request_time,
+        state=state_from_pb(msg.state),
+        workload=workload_from_pb(msg.workload),
+        options=options_from_pb(msg.options),
+        production=_production_from_pb(msg.production) if msg.HasField("production") else None,
+        quota_remaining=msg.quota_remaining if msg.HasField("quota_remaining") else None,
+    )
+
+
+def outcome_from_pb(msg: pb.Outcome) -> Outcome:
+    """Build an `Outcome` from its protobuf message."""
+    failure = _FAILURE_FROM_PB.get(msg.failure)
+    if failure is None:
+        raise InvalidInput(
+            "failure", f"must be none, oom, preempted, crashed or other, got {msg.failure}"
+        )
+
+    def opt(name: str) -> float | None:
+        return float(getattr(msg, name)) if msg.HasField(name) else None
+
+    return Outcome(
+        request_id=msg.request_id,
+        observed_at=msg.observed_at,
+        queue_delay_s=opt("queue_delay_s"),
+        throughput=opt("throughput"),
+        completion_time_s=opt("completion_time_s"),
+        slo_met=msg.slo_met if msg.HasField("slo_met") else None,
+        failure=failure,
+        production=_production_from_pb(msg.production) if msg.HasField("production") else None,
+    )
+
+
+def state_to_pb(state: ClusterState) -> pb.ClusterState:
+    """Columnar protobuf form of a `ClusterState`."""
+    msg = pb.ClusterState(
+        node_ids=state.node_ids,
+        hardware=[
+            pb.HardwareClass(
+                name=h.name,
+                accelerator_memory_gb=h.accelerator_memory_gb,
+                peak_dense_tflops=h.peak_dense_tflops,
+                memory_bandwidth_gbps=h.memory_bandwidth_gbps,
+                interconnect_gbps=h.interconnect_gbps,
+            )
+            for h in state.hardware
+        ],
+        node_hardware=state.node_hardware.tolist(),
+        accelerators_free=state.accelerators_free.tolist(),
+        accelerators_total=state.accelerators_total.tolist(),
+        cpu_free=state.cpu_free.tolist(),
+        cpu_total=state.cpu_total.tolist(),
+        memory_free_gb=state.memory_free_gb.tolist(),
+        memory_total_gb=state.memory_total_gb.tolist(),
+        utilisation=state.utilisation.tolist(),
+        queue_length=state.queue_length.tolist(),
+        healthy=state.healthy.tolist(),
+        draining=state.draining.tolist(),
+        zone=state.zone,
+        locality=state.locality,
+    )
+    if any(state.labels):
+        offsets = [0]
+        for labels in state.labels:
+            msg.labels.extend(sorted(labels))
+            offsets.append(len(msg.labels))
+        msg.label_offsets.extend(offsets)
+    return msg
+
+
+def workload_to_pb(w: Workload) -> pb.Workload:
+    """Protobuf form of a `Workload`."""
+    msg = pb.Workload(
+        workload_id=w.workload_id,
+        kind=_KIND_TO_PB[w.kind],
+        model_family=w.model_family,
+        model_size_b=w.model_size_b,
+        accelerators=w.accelerators,
+        accelerator_memory_gb=w.accelerator_memory_gb,
+        cpu_per_node=w.cpu_per_node,
+        memory_per_node_gb=w.memory_per_node_gb,
+        gang_size=w.gang_size,
+        priority=w.priority,
+        tenant=w.tenant,
+        allowed_hardware=sorted(w.allowed_hardware),
+        affinity=sorted(w.affinity),
+        anti_affinity=sorted(w.anti_affinity),
+    )
+    if w.slo_seconds is not None:
+        msg.slo_seconds = w.slo_seconds
+    if w.work_units is not None:
+        msg.work_units = w.work_units
+    return msg
+
+
+def _production_to_pb(p: ProductionDecision) -> pb.ProductionDecision:
+    msg = pb.ProductionDecision(option=p.option)
+    if p.propensity is not None:
+        msg.propensity = p.propensity
+    return msg
+
+
+def mirror_request_to_pb(r: MirrorRequest) -> pb.MirrorRequest:
+    """Protobuf form of a `MirrorRequest` (what the journal stores and clients send)."""
+    msg = pb.MirrorRequest(
+        schema_version=r.schema_version,
+        request_id=r.request_id,
+        request_time=r.request_time,
+        state=state_to_pb(r.state),
+        workload=workload_to_pb(r.workload),
+        options=pb.PlacementOptions(
+            node_offsets=r.options.node_offsets.tolist(),
+            node_index=r.options.node_index.tolist(),
+            accelerators=r.options.accelerators.tolist(),
+            option_ids=r.options.option_ids,
+        ),
+    )
+    if r.production is not None:
+        msg.production.CopyFrom(_production_to_pb(r.production))
+    if r.quota_remaining is not None:
+        msg.quota_remaining = r.quota_remaining
+    return msg
+
+
+def outcome_to_pb(o: Outcome) -> pb.Outcome:
+    """Protobuf form of an `Outcome`."""
+    msg = pb.Outcome(
+        request_id=o.request_id, observed_at=o.observed_at, failure=_FAILURE_TO_PB[o.failure]
+    )
+    for name in ("queue_delay_s", "throughput", "completion_time_s", "slo_met"):
+        value = getattr(o, name)
+        if value is not None:
+            setattr(msg, name, value)
+    if o.production is not None:
+        msg.production.CopyFrom(_production_to_pb(o.production))
+    return msg

@@ -1,0 +1,65 @@
+from service.wire.understudy.v1 import contract_pb2 as _contract_pb2
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class AckStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ACK_STATUS_UNSPECIFIED: _ClassVar[AckStatus]
+    ACK_STATUS_ACCEPTED: _ClassVar[AckStatus]
+    ACK_STATUS_SHED: _ClassVar[AckStatus]
+    ACK_STATUS_REJECTED: _ClassVar[AckStatus]
+ACK_STATUS_UNSPECIFIED: AckStatus
+ACK_STATUS_ACCEPTED: AckStatus
+ACK_STATUS_SHED: AckStatus
+ACK_STATUS_REJECTED: AckStatus
+
+class MirrorAck(_message.Message):
+    __slots__ = ("status", "request_id")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    status: AckStatus
+    request_id: str
+    def __init__(self, status: _Optional[_Union[AckStatus, str]] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class MirrorStreamRequest(_message.Message):
+    __slots__ = ("sequence", "request")
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    sequence: int
+    request: _contract_pb2.MirrorRequest
+    def __init__(self, sequence: _Optional[int] = ..., request: _Optional[_Union[_contract_pb2.MirrorRequest, _Mapping]] = ...) -> None: ...
+
+class OutcomeStreamRequest(_message.Message):
+    __slots__ = ("sequence", "outcome")
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    sequence: int
+    outcome: _contract_pb2.Outcome
+    def __init__(self, sequence: _Optional[int] = ..., outcome: _Optional[_Union[_contract_pb2.Outcome, _Mapping]] = ...) -> None: ...
+
+class StreamAck(_message.Message):
+    __slots__ = ("status", "sequence", "accepted", "shed", "rejected")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    SHED_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
+    status: AckStatus
+    sequence: int
+    accepted: int
+    shed: int
+    rejected: int
+    def __init__(self, status: _Optional[_Union[AckStatus, str]] = ..., sequence: _Optional[int] = ..., accepted: _Optional[int] = ..., shed: _Optional[int] = ..., rejected: _Optional[int] = ...) -> None: ...
+
+class OutcomeAck(_message.Message):
+    __slots__ = ("status", "request_id")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    status: AckStatus
+    request_id: str
+    def __init__(self, status: _Optional[_Union[AckStatus, str]] = ..., request_id: _Optional[str] = ...) -> None: ...
