@@ -1,0 +1,56 @@
+# Understudy — every entry point a newcomer or CI needs.
+#   make demo       create .venv, install, run the end-to-end demo
+#   make test       create .venv, install test needs (promtool too), run the whole suite
+#   make test-fast  skip the slow statistical and fault tests
+#   make lint       ruff, mypy, and the generated-code staleness check
+#   make bench      benchmarks against the stack's raw limits
+#   make proto      regenerate service/wire/understudy from protos/
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.PHONY: demo test test-fast lint bench proto check-tools clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+# promtool (Debian package `prometheus`) is needed by the alerting tests.
+check-tools:
+	@if ! command -v promtool >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing prometheus (promtool) with apt-get"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	  else \
+	    echo "promtool is missing: install the Debian package 'prometheus' (needs root)"; \
+	  fi; \
+	fi
+
+demo: $(STAMP)
+	$(VENV)/bin/understudy demo
+
+test: $(STAMP) check-tools
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check service tests benchmarks tools
+	$(VENV)/bin/ruff format --check service tests benchmarks tools
+	$(VENV)/bin/mypy service
+	$(PY) tools/gen_protos.py --check
+
+bench: $(STAMP)
+	$(PY) -m benchmarks
+
+proto: $(STAMP)
+	$(PY) tools/gen_protos.py
+
+clean:
+	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,218 @@
+"""Bad input, as a table: refused with a status naming the field, counted, and harmless.
+
+Each row mutates a valid request, sends it over gRPC unary and HTTP, checks the
+status and that the message names the field, that the rejection was counted,
+and that the next valid request is still accepted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+import httpx
+import pytest
+
+from service.app import Service
+from service.contract import MirrorRequest
+from service.transport.http.convert import mirror_to_json
+from service.wire.convert import mirror_request_to_pb
+from service.wire.understudy.v1 import contract_pb2, shadow_pb2, shadow_pb2_grpc
+
+Proto = contract_pb2.MirrorRequest
+Body = dict[str, Any]
+
+
+def _many_options(n: int) -> tuple[Callable[[Proto], None], Callable[[Body], None]]:
+    def proto(m: Proto) -> None:
+        del m.options.node_offsets[:], m.options.node_index[:], m.options.accelerators[:]
+        del m.options.option_ids[:]
+        m.options.node_offsets.extend(range(n + 1))
+        m.options.node_index.extend([0] * n)
+        m.options.accelerators.extend([1] * n)
+
+    def body(b: Body) -> None:
+        b["options"] = {
+            "node_offsets": list(range(n + 1)),
+            "node_index": [0] * n,
+            "accelerators": [1] * n,
+        }
+
+    return proto, body
+
+
+def _set_first(field: str, value: Any) -> tuple[Callable[[Proto], None], Callable[[Body], None]]:
+    def proto(m: Proto) -> None:
+        getattr(m.state, field)[0] = value
+
+    def body(b: Body) -> None:
+        b["state"][field][0] = value
+
+    return proto, body
+
+
+def _dup(m: Proto) -> None:
+    m.state.node_ids[1] = m.state.node_ids[0]
+
+
+def _dup_body(b: Body) -> None:
+    b["state"]["node_ids"][1] = b["state"]["node_ids"][0]
+
+
+BIG = "x" * (10 * 1024 * 1024)
+
+# (case id, proto mutation, JSON mutation, gRPC code, HTTP status, field named in message)
+CASES: list[tuple[str, Callable[[Proto], None], Callable[[Body], None], grpc.StatusCode, int, str]] = [
+    ("missing state", lambda m: m.ClearField("state"), lambda b: b.pop("state"),
+     grpc.StatusCode.INVALID_ARGUMENT, 400, "`state`"),
+    ("missing request id", lambda m: m.ClearField("request_id"), lambda b: b.pop("request_id"),
+     grpc.StatusCode.INVALID_ARGUMENT, 400, "`request_id`"),
+    ("nan cpu", *_set_first("cpu_free", float("nan")),
+     grpc.StatusCode.INVALID_ARGUMENT, 400, "`state.cpu_free[0]`"),
+    ("inf memory", *_set_first("memory_free_gb", float("inf")),
+     grpc.StatusCode.INVALID_ARGUMENT, 400, "`state.memory_free_gb[0]`"),
+    ("inf request time", lambda m: setattr(m, "request_time", float("inf")),
+     lambda b: b.update(request_time=float("inf")),
+     grpc.StatusCode.INVALID_ARGUMENT, 400, "`request_time`"),
+    ("negative capacity", *_set_first("accelerators_free", -1),
+     grpc.StatusCode.INVALID_ARGUMENT, 400, "`state.accelerators_free[0]`"),
+    ("negative memory total", *_set_first("memory_total_gb", -5.0),
+     grpc.StatusCode.INVALID_ARGUMENT, 400, "`state.memory"),
+    ("duplicate node ids", _dup, _dup_body,
+     grpc.StatusCode.INVALID_ARGUMENT, 400, "`state.node_ids[1]`"),
+    ("zero options", *_many_options(0), grpc.StatusCode.INVALID_ARGUMENT, 400, "`options`"),
+    ("100k options", *_many_options(100_000),
+     grpc.StatusCode.INVALID_ARGUMENT, 400, "`options`"),
+    ("unknown schema version", lambda m: setattr(m, "schema_version", 99),
+     lambda b: b.update(schema_version=99),
+     grpc.StatusCode.INVALID_ARGUMENT, 400, "`schema_version`"),
+    ("propensity out of range", lambda m: setattr(m.production, "propensity", 1.5),
+     lambda b: b["production"].update(propensity=1.5),
+     grpc.StatusCode.INVALID_ARGUMENT, 400, "`production.propensity`"),
+    ("option index out of range", lambda m: m.options.node_index.__setitem__(0, 10_000),
+     lambda b: b["options"]["node_index"].__setitem__(0, 10_000),
+     grpc.StatusCode.INVALID_ARGUMENT, 400, "`options.node_index[0]`"),
+    ("10 MB body", lambda m: setattr(m.workload, "tenant", BIG),
+     lambda b: b["workload"].update(tenant=BIG),
+     grpc.StatusCode.INVALID_ARGUMENT, 413, "limit"),
+]
+
+
+def _counted(service: Service, transport: str, result: str = "rejected") -> float:
+    labels = {"transport": transport, "kind": "mirror", "result": result}
+    return service.metrics.registry.get_sample_value("understudy_ingest_total", labels) or 0.0
+
+
+@pytest.mark.parametrize(
+    ("proto_mutation", "code", "named"),
+    [pytest.param(c[1], c[3], c[5], id=c[0]) for c in CASES],
+)
+def test_grpc_refuses_bad_input_and_serves_the_next(
+    service: Service,
+    stub: shadow_pb2_grpc.ShadowEvaluationStub,
+    auth: tuple[tuple[str, str], ...],
+    requests_sample: list[MirrorRequest],
+    proto_mutation: Callable[[Proto], None],
+    code: grpc.StatusCode,
+    named: str,
+) -> None:
+    msg = mirror_request_to_pb(requests_sample[0])
+    proto_mutation(msg)
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Mirror(msg, metadata=auth)
+    assert err.value.code() == code
+    assert named in (err.value.details() or "")
+    assert _counted(service, "grpc") == 1
+    ack = stub.Mirror(mirror_request_to_pb(requests_sample[1]), metadata=auth)
+    assert ack.status == shadow_pb2.ACK_STATUS_ACCEPTED
+
+
+@pytest.mark.parametrize(
+    ("body_mutation", "status", "named"),
+    [pytest.param(c[2], c[4], c[5], id=c[0]) for c in CASES],
+)
+def test_http_refuses_bad_input_and_serves_the_next(
+    service: Service,
+    http: httpx.Client,
+    requests_sample: list[MirrorRequest],
+    body_mutation: Callable[[Body], None],
+    status: int,
+    named: str,
+) -> None:
+    body = json.loads(mirror_to_json(requests_sample[0]))
+    body_mutation(body)
+    response = http.post("/v1/mirror", content=json.dumps(body))
+    assert response.status_code == status, response.text
+    assert named in response.json()["message"]
+    assert _counted(service, "http") == 1
+    ok = http.post("/v1/mirror", content=mirror_to_json(requests_sample[1]))
+    assert ok.status_code == 202 and ok.json()["status"] == "accepted"
+
+
+def test_malformed_protobuf_is_invalid_argument(
+    service: Service, grpc_channel: grpc.Channel, auth: tuple[tuple[str, str], ...]
+) -> None:
+    raw = grpc_channel.unary_unary(
+        "/understudy.v1.ShadowEvaluation/Mirror",
+        request_serializer=lambda b: b,
+        response_deserializer=shadow_pb2.MirrorAck.FromString,
+    )
+    with pytest.raises(grpc.RpcError) as err:
+        raw(b"\xff\xff\xff\xff garbage", metadata=auth)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "`request`" in (err.value.details() or "")
+    assert _counted(service, "grpc") == 1
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"{not json", b"[]", b'{"schema_version": 1}', b"\xff\xfe", b""],
+    ids=["truncated", "array", "missing fields", "not utf8", "empty"],
+)
+def test_malformed_json_is_400_naming_the_field(
+    service: Service, http: httpx.Client, body: bytes
+) -> None:
+    response = http.post("/v1/mirror", content=body)
+    assert response.status_code == 400
+    payload = response.json()
+    assert payload["field"] and f"`{payload['field']}`" in payload["message"]
+    assert _counted(service, "http") == 1
+
+
+@pytest.mark.parametrize(
+    ("header", "grpc_code", "http_status"),
+    [
+        (None, grpc.StatusCode.UNAUTHENTICATED, 401),
+        ("Bearer wrong-token", grpc.StatusCode.UNAUTHENTICATED, 401),
+        ("Basic dXNlcjpwYXNz", grpc.StatusCode.UNAUTHENTICATED, 401),
+        ("Bearer r-tok", grpc.StatusCode.PERMISSION_DENIED, 403),
+    ],
+    ids=["missing", "wrong", "wrong scheme", "reviewer role"],
+)
+def test_credentials_are_checked_on_both_transports(
+    service: Service,
+    stub: shadow_pb2_grpc.ShadowEvaluationStub,
+    requests_sample: list[MirrorRequest],
+    header: str | None,
+    grpc_code: grpc.StatusCode,
+    http_status: int,
+) -> None:
+    metadata = () if header is None else (("authorization", header),)
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Mirror(mirror_request_to_pb(requests_sample[0]), metadata=metadata)
+    assert err.value.code() == grpc_code
+    assert "authorization" in (err.value.details() or "") or "role" in (err.value.details() or "")
+    headers = {} if header is None else {"authorization": header}
+    response = httpx.post(
+        f"http://127.0.0.1:{service.http_port}/v1/mirror",
+        content=mirror_to_json(requests_sample[0]),
+        headers=headers,
+    )
+    assert response.status_code == http_status
+    failures = service.metrics.registry.get_sample_value
+    kind = "PermissionDenied" if http_status == 403 else "Unauthenticated"
+    assert failures("understudy_auth_failures_total", {"transport": "grpc", "reason": kind}) == 1
+    assert failures("understudy_auth_failures_total", {"transport": "http", "reason": kind}) == 1
+    assert service.journal.head_seq == 0, "nothing unauthenticated may reach the journal"
