@@ -152,7 +152,14 @@ def build_service(settings: Settings, registry: CollectorRegistry | None = None)
         settings.grpc_max_workers,
         settings.max_request_bytes,
     )
-    http_app = create_http_app(ingest, authority, metrics, readiness, settings.max_request_bytes)
+    http_app = create_http_app(
+        ingest,
+        authority,
+        metrics,
+        readiness,
+        settings.max_request_bytes,
+        offload_appends=settings.journal_fsync == "always",
+    )
     return Service(
         settings=settings,
         metrics=metrics,

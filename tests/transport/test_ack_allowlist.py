@@ -49,11 +49,16 @@ def test_allowlist_rejects_a_decision_field() -> None:
     proto.dependency.append("understudy/v1/shadow.proto")
     msg = proto.message_type.add(name="BadAck")
     msg.field.add(
-        name="status", number=1, type=FieldDescriptor.TYPE_ENUM,
-        type_name=".understudy.v1.AckStatus", label=FieldDescriptor.LABEL_OPTIONAL,
+        name="status",
+        number=1,
+        type=FieldDescriptor.TYPE_ENUM,
+        type_name=".understudy.v1.AckStatus",
+        label=FieldDescriptor.LABEL_OPTIONAL,
     )
     msg.field.add(
-        name="chosen_option", number=2, type=FieldDescriptor.TYPE_INT32,
+        name="chosen_option",
+        number=2,
+        type=FieldDescriptor.TYPE_INT32,
         label=FieldDescriptor.LABEL_OPTIONAL,
     )
     pool = descriptor_pool.DescriptorPool()

@@ -64,9 +64,7 @@ def test_all_three_paths_journal_exactly_what_was_acked(
     assert len(ids) == 3 * n
     for prefix in ("unary", "stream", "http"):
         assert [i for i in ids if i.startswith(prefix)] == [f"{prefix}-{k}" for k in range(n)]
-    journaled = contract_pb2.MirrorRequest.FromString(
-        service.journal.read("scorer", 1)[0].payload
-    )
+    journaled = contract_pb2.MirrorRequest.FromString(service.journal.read("scorer", 1)[0].payload)
     assert journaled == unary[0], "the journal must hold the request as sent"
 
 

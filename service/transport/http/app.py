@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -87,8 +88,13 @@ def create_http_app(
     metrics: ServiceMetrics,
     readiness: Readiness,
     max_request_bytes: int,
+    offload_appends: bool = False,
 ) -> FastAPI:
-    """Build the FastAPI app around the shared ingest engine."""
+    """Build the FastAPI app around the shared ingest engine.
+
+    `offload_appends` runs ingest in the thread pool: needed when every append
+    fsyncs (journal_fsync=always), which would otherwise stall the event loop.
+    """
     app = FastAPI(
         title="Understudy",
         version=__version__,
@@ -136,6 +142,8 @@ def create_http_app(
         def decode() -> tuple[MirrorRequest, bytes]:
             return mirror_from_json(checked("body", body))
 
+        if offload_appends:
+            return ack(await run_in_threadpool(ingest.mirror, "http", decode))
         return ack(ingest.mirror("http", decode))
 
     @app.post(
@@ -153,6 +161,8 @@ def create_http_app(
         def decode() -> tuple[Outcome, bytes]:
             return outcome_from_json(checked("body", body))
 
+        if offload_appends:
+            return ack(await run_in_threadpool(ingest.outcome, "http", decode))
         return ack(ingest.outcome("http", decode))
 
     @app.get("/healthz", summary="Liveness: the process answers")

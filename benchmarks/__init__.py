@@ -1,0 +1,1 @@
+"""Benchmarks, reported as ratios against raw limits measured in the same run."""
