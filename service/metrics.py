@@ -77,6 +77,76 @@ class ServiceMetrics:
             "Sequence number of the last appended journal record.",
             registry=registry,
         )
+        self.batch_size = Histogram(
+            "understudy_scorer_batch_size",
+            "Requests per scoring micro-batch (adapts to load).",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+            registry=registry,
+        )
+        self.policy_latency = Histogram(
+            "understudy_policy_batch_latency_seconds",
+            "Wall time of one policy on one micro-batch.",
+            ["policy"],
+            buckets=(0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.0),
+            registry=registry,
+        )
+        self.decisions = Counter(
+            "understudy_decisions",
+            "Counterfactual decisions by policy and status (ok, error, timeout, all_infeasible).",
+            ["policy", "status"],
+            registry=registry,
+        )
+        self.agreement = Counter(
+            "understudy_production_agreement",
+            "Decisions compared with production's, by policy and whether they agree.",
+            ["policy", "agrees"],
+            registry=registry,
+        )
+        self.raw_favourite_infeasible = Counter(
+            "understudy_raw_favourite_infeasible",
+            "Decisions whose highest raw score was on an infeasible option, by policy.",
+            ["policy"],
+            registry=registry,
+        )
+        self.db_writes = Counter(
+            "understudy_db_write_batches",
+            "Decision-log write attempts by result (ok, error).",
+            ["result"],
+            registry=registry,
+        )
+        self.db_write_latency = Histogram(
+            "understudy_db_write_latency_seconds",
+            "Time to commit one batch to the decision log.",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0),
+            registry=registry,
+        )
+        self.db_rows = Counter(
+            "understudy_db_rows_inserted",
+            "Rows inserted into the decision log, by table (duplicates excluded).",
+            ["table"],
+            registry=registry,
+        )
+        self.db_duplicates = Counter(
+            "understudy_db_duplicates",
+            "Rows skipped as already logged (journal replays after a crash or outage).",
+            registry=registry,
+        )
+        self.outcomes = Counter(
+            "understudy_outcomes",
+            "Outcomes logged, by join state (joined, dangling).",
+            ["state"],
+            registry=registry,
+        )
+        self.db_lag_records = Gauge(
+            "understudy_db_lag_records",
+            "Journal records not yet committed to the decision log.",
+            registry=registry,
+        )
+        self.db_up = Gauge(
+            "understudy_db_up",
+            "1 when the last decision-log write succeeded, 0 while it is failing.",
+            registry=registry,
+        )
         self.ready = Gauge(
             "understudy_ready",
             "1 when the service can accept mirrored work, 0 otherwise.",

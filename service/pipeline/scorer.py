@@ -1,0 +1,228 @@
+"""The scorer: journal -> micro-batches -> every active policy -> decision log.
+
+Runs on its own thread behind the journal, so nothing here can slow an ack.
+Batches adapt by themselves: each step takes whatever is waiting, up to
+`max_batch` records — one request when traffic is light, full batches under
+load. The journal checkpoint advances only after the sink (the decision log)
+has committed the batch; a sink outage is retried with backoff while the
+journal absorbs traffic, and a crash replays from the last checkpoint (the
+log's writes are idempotent, so replays never duplicate).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from google.protobuf.message import DecodeError
+
+from service.contract import FeatureFunction, InvalidInput, MirrorRequest, Outcome
+from service.contract.errors import Unavailable
+from service.pipeline.journal import IngestJournal
+from service.pipeline.journal_format import JournalRecord, RecordKind
+from service.pipeline.scoring import PolicyRun, ScoredDecision, score_requests
+from service.policies.base import Policy
+from service.wire.convert import mirror_request_from_pb, outcome_from_pb
+from service.wire.understudy.v1 import contract_pb2
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, eq=False)
+class LoggedRequest:
+    """An accepted request as the log stores it: raw payload kept for replay."""
+
+    seq: int
+    request: MirrorRequest
+    payload: bytes
+    received_at: float
+
+
+@dataclass(frozen=True, eq=False)
+class LoggedOutcome:
+    """An accepted outcome report."""
+
+    seq: int
+    outcome: Outcome
+    received_at: float
+
+
+@dataclass(frozen=True, eq=False)
+class ScoredBatch:
+    """Everything one scorer step hands to the decision log, in one transaction."""
+
+    requests: list[LoggedRequest]
+    outcomes: list[LoggedOutcome]
+    decisions: list[ScoredDecision]
+    policies: list[Policy]
+    feature_version: str
+    feature_hash: str
+    last_seq: int
+
+
+@dataclass(frozen=True)
+class SinkResult:
+    """What the sink inserted, and what it found already there (replays)."""
+
+    requests_inserted: int = 0
+    decisions_inserted: int = 0
+    outcomes_joined: int = 0
+    outcomes_dangling: int = 0
+    duplicates: int = 0
+
+
+class DecisionSink(Protocol):
+    """Where scored batches go; the storage layer implements it."""
+
+    def write(self, batch: ScoredBatch) -> SinkResult:
+        """Commit `batch` atomically; raise `Unavailable` when the store is down."""
+        ...
+
+
+class ScorerObserver(Protocol):
+    """Metrics hooks; `ServiceMetrics` implements them."""
+
+    def on_batch(
+        self, size: int, runs: Sequence[PolicyRun], decisions: Sequence[ScoredDecision]
+    ) -> None:
+        """A batch was scored."""
+        ...
+
+    def on_write(self, seconds: float, result: SinkResult | None, error: str | None) -> None:
+        """A write attempt finished (result None on failure)."""
+        ...
+
+
+@dataclass
+class ScorerConfig:
+    """Tuning knobs of the scorer loop."""
+
+    max_batch: int = 256
+    idle_wait_s: float = 0.2
+    retry_initial_s: float = 0.1
+    retry_max_s: float = 5.0
+    budgets_s: dict[str, float] = field(default_factory=dict)
+
+
+def decode(record: JournalRecord) -> MirrorRequest | Outcome:
+    """The contract object of a journal record (validated at ingest already)."""
+    if record.kind == RecordKind.MIRROR:
+        return mirror_request_from_pb(contract_pb2.MirrorRequest.FromString(record.payload))
+    return outcome_from_pb(contract_pb2.Outcome.FromString(record.payload))
+
+
+class Scorer:
+    """Consumes the journal on a background thread."""
+
+    CONSUMER = "scorer"
+
+    def __init__(
+        self,
+        journal: IngestJournal,
+        active_policies: Callable[[], Sequence[Policy]],
+        sink: DecisionSink,
+        observer: ScorerObserver,
+        features: FeatureFunction,
+        config: ScorerConfig | None = None,
+    ) -> None:
+        self._journal = journal
+        self._policies = active_policies
+        self._sink = sink
+        self._observer = observer
+        self._features = features
+        self._config = config or ScorerConfig()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.sink_healthy = True
+        self.sink_error: str | None = None
+
+    def step(self) -> int:
+        """Score and log one batch; returns the number of journal records consumed."""
+        records = self._journal.read(self.CONSUMER, self._config.max_batch)
+        if not records:
+            return 0
+        requests: list[LoggedRequest] = []
+        outcomes: list[LoggedOutcome] = []
+        for record in records:
+            try:
+                item = decode(record)
+            except (DecodeError, InvalidInput) as exc:  # validated at ingest: should not happen
+                log.error("journal record %s is undecodable, skipped: %s", record.seq, exc)
+                continue
+            if isinstance(item, MirrorRequest):
+                requests.append(LoggedRequest(record.seq, item, record.payload, record.appended_at))
+            else:
+                outcomes.append(LoggedOutcome(record.seq, item, record.appended_at))
+        policies = list(self._policies())
+        decisions: list[ScoredDecision] = []
+        runs: list[PolicyRun] = []
+        if requests and policies:
+            _, decisions, runs = score_requests(
+                [r.request for r in requests], policies, self._features, self._config.budgets_s
+            )
+        self._observer.on_batch(len(requests), runs, decisions)
+        batch = ScoredBatch(
+            requests=requests,
+            outcomes=outcomes,
+            decisions=decisions,
+            policies=policies,
+            feature_version=self._features.version,
+            feature_hash=self._features.definition_hash,
+            last_seq=records[-1].seq,
+        )
+        if not self._write_until_committed(batch):
+            return 0
+        self._journal.commit(self.CONSUMER, batch.last_seq)
+        return len(records)
+
+    def _write_until_committed(self, batch: ScoredBatch) -> bool:
+        delay = self._config.retry_initial_s
+        while True:
+            started = time.perf_counter()
+            try:
+                result = self._sink.write(batch)
+            except Unavailable as exc:
+                self.sink_healthy, self.sink_error = False, str(exc)
+                self._observer.on_write(time.perf_counter() - started, None, str(exc))
+                log.warning("decision log unavailable, retrying in %.2fs: %s", delay, exc)
+                if self._stop.wait(delay):
+                    return False
+                delay = min(delay * 2, self._config.retry_max_s)
+                continue
+            self.sink_healthy, self.sink_error = True, None
+            self._observer.on_write(time.perf_counter() - started, result, None)
+            return True
+
+    def run(self) -> None:
+        """Loop until stopped: wait for records, step."""
+        while not self._stop.is_set():
+            if self._journal.depth_records(self.CONSUMER) == 0:
+                self._journal.wait_for_records(self.CONSUMER, self._config.idle_wait_s)
+                continue
+            try:
+                self.step()
+            except Exception:  # the loop must survive anything a batch throws
+                log.exception("scorer step failed; retrying")
+                self._stop.wait(self._config.retry_initial_s)
+
+    def start(self) -> None:
+        """Start the background thread."""
+        self._thread = threading.Thread(target=self.run, name="scorer", daemon=True)
+        self._thread.start()
+
+    def stop(self, drain_timeout_s: float = 5.0) -> None:
+        """Finish what is journaled (up to a deadline), then stop the thread."""
+        deadline = time.monotonic() + drain_timeout_s
+        while (
+            self.sink_healthy
+            and self._journal.depth_records(self.CONSUMER) > 0
+            and time.monotonic() < deadline
+        ):
+            time.sleep(0.02)
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(drain_timeout_s + 5)

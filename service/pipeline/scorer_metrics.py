@@ -1,0 +1,54 @@
+"""The scorer's observer, recording into `ServiceMetrics`."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from service.metrics import ServiceMetrics
+from service.pipeline.scorer import SinkResult
+from service.pipeline.scoring import PolicyRun, ScoredDecision
+
+
+class ScorerMetrics:
+    """Implements `ScorerObserver` on the service's metrics."""
+
+    def __init__(self, metrics: ServiceMetrics) -> None:
+        self._m = metrics
+
+    def on_batch(
+        self, size: int, runs: Sequence[PolicyRun], decisions: Sequence[ScoredDecision]
+    ) -> None:
+        """Batch size, per-policy latency, decisions by status, agreement, infeasible favourites."""
+        if size:
+            self._m.batch_size.observe(size)
+        for run in runs:
+            self._m.policy_latency.labels(run.policy).observe(run.latency_s)
+        by_status = Counter((d.policy, d.status.value) for d in decisions)
+        for (policy, status), n in by_status.items():
+            self._m.decisions.labels(policy, status).inc(n)
+        agreement = Counter(
+            (d.policy, str(d.agrees_with_production).lower())
+            for d in decisions
+            if d.agrees_with_production is not None
+        )
+        for (policy, agrees), n in agreement.items():
+            self._m.agreement.labels(policy, agrees).inc(n)
+        infeasible = Counter(d.policy for d in decisions if d.raw_favourite_infeasible)
+        for policy, n in infeasible.items():
+            self._m.raw_favourite_infeasible.labels(policy).inc(n)
+
+    def on_write(self, seconds: float, result: SinkResult | None, error: str | None) -> None:
+        """Write outcome, latency, rows and outcome join states."""
+        if result is None:
+            self._m.db_writes.labels("error").inc()
+            self._m.db_up.set(0)
+            return
+        self._m.db_writes.labels("ok").inc()
+        self._m.db_up.set(1)
+        self._m.db_write_latency.observe(seconds)
+        self._m.db_rows.labels("requests").inc(result.requests_inserted)
+        self._m.db_rows.labels("decisions").inc(result.decisions_inserted)
+        self._m.db_duplicates.inc(result.duplicates)
+        self._m.outcomes.labels("joined").inc(result.outcomes_joined)
+        self._m.outcomes.labels("dangling").inc(result.outcomes_dangling)
