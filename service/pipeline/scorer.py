@@ -24,8 +24,9 @@ from service.contract import FeatureFunction, InvalidInput, MirrorRequest, Outco
 from service.contract.errors import Unavailable
 from service.pipeline.journal import IngestJournal
 from service.pipeline.journal_format import JournalRecord, RecordKind
-from service.pipeline.scoring import PolicyRun, ScoredDecision, score_requests
+from service.pipeline.scoring import ScoredDecision, score_requests
 from service.policies.base import Policy
+from service.policies.runner import PolicyRun
 from service.wire.convert import mirror_request_from_pb, outcome_from_pb
 from service.wire.understudy.v1 import contract_pb2
 

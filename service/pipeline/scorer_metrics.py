@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 from service.metrics import ServiceMetrics
 from service.pipeline.scorer import SinkResult
-from service.pipeline.scoring import PolicyRun, ScoredDecision
+from service.pipeline.scoring import ScoredDecision
+from service.policies.runner import PolicyRun
 
 
 class ScorerMetrics:

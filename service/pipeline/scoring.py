@@ -15,16 +15,16 @@ on one action).
 from __future__ import annotations
 
 import hashlib
-import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
 from service.contract import DEFER, FeatureFunction, MirrorRequest
-from service.policies.base import DecisionStatus, Policy, PolicyDecisions, ScoringBatch
+from service.policies.base import DecisionStatus, Policy, ScoringBatch
 from service.policies.batching import make_batch
+from service.policies.runner import PolicyRun, decide_all
 
 
 @dataclass(frozen=True, eq=False)
@@ -53,15 +53,6 @@ class ScoredDecision:
     error: str | None = None
 
 
-@dataclass(frozen=True)
-class PolicyRun:
-    """How one policy fared on one batch: its latency and failure, if any."""
-
-    policy: str
-    latency_s: float
-    error: str | None
-
-
 def decision_uniform(request_id: str, policy: str, version: str) -> float:
     """A uniform in [0, 1) fixed by (request, policy, version)."""
     digest = hashlib.sha256(f"{request_id}\x00{policy}\x00{version}".encode()).digest()
@@ -76,56 +67,17 @@ def _draw(probabilities: NDArray[np.float64], defer_p: float, u: float) -> int:
     return index if index < len(probabilities) else DEFER
 
 
-def _check(decisions: PolicyDecisions, batch: ScoringBatch) -> None:
-    n_rows, n_req = len(batch.mask), batch.n_requests
-    if decisions.probabilities.shape != (n_rows,) or decisions.defer_probability.shape != (n_req,):
-        raise ValueError("decision arrays do not match the batch's shape")
-    if not (
-        np.isfinite(decisions.probabilities).all()
-        and np.isfinite(decisions.defer_probability).all()
-    ):
-        raise ValueError("non-finite probabilities")
-    if len(decisions.status) != n_req:
-        raise ValueError("one status per request is required")
-
-
-def _failed(
-    batch: ScoringBatch, policy: Policy, status: DecisionStatus, error: str, latency_us: float
-) -> list[ScoredDecision]:
-    empty = np.zeros(0, dtype=np.float32)
-    return [
-        ScoredDecision(
-            request_id=r.request_id,
-            request_time=r.request_time,
-            policy=policy.name,
-            policy_version=policy.version,
-            status=status,
-            chosen=DEFER,
-            chosen_probability=0.0,
-            production_probability=None,
-            defer_probability=0.0,
-            scores=empty,
-            probabilities=empty,
-            raw_favourite_infeasible=False,
-            agrees_with_production=None,
-            latency_us=latency_us,
-            predictions=None,
-            error=error,
-        )
-        for r in batch.requests
-    ]
-
-
 def _per_request(
-    batch: ScoringBatch, policy: Policy, d: PolicyDecisions, latency_us: float
+    batch: ScoringBatch, policy: Policy, run: PolicyRun, latency_us: float
 ) -> list[ScoredDecision]:
+    d = run.decisions
     out = []
     for r, request in enumerate(batch.requests):
         start, end = int(batch.offsets[r]), int(batch.offsets[r + 1])
         probs = d.probabilities[start:end]
         defer_p = float(d.defer_probability[r])
         status = d.status[r]
-        if status in (DecisionStatus.OK, DecisionStatus.ALL_INFEASIBLE):
+        if status != DecisionStatus.ERROR:
             u = decision_uniform(request.request_id, policy.name, policy.version)
             chosen = _draw(probs, defer_p, u)
         else:
@@ -159,6 +111,7 @@ def _per_request(
                 agrees_with_production=agrees,
                 latency_us=latency_us,
                 predictions=predictions,
+                error=run.error,
             )
         )
     return out
@@ -167,46 +120,28 @@ def _per_request(
 def score_batch(
     batch: ScoringBatch,
     policies: Sequence[Policy],
-    budgets_s: dict[str, float] | None = None,
+    budgets_s: Mapping[str, float] | None = None,
 ) -> tuple[list[ScoredDecision], list[PolicyRun]]:
-    """Run every policy once on `batch`; a failing policy never stops the others.
+    """Run every policy once on `batch`, isolated (`decide_all`), then split per request.
 
     A policy that raises or returns malformed/non-finite output gets status
-    ERROR for every request of this batch; one that overruns its budget gets
-    TIMEOUT (Python cannot pre-empt a call, so the budget is checked after it
-    returns and the late answer is not used).
+    ERROR for every request of this batch; one that overruns its budget keeps
+    its decisions flagged TIMEOUT. Neither affects any other policy.
     """
-    budgets_s = budgets_s or {}
-    decisions: list[ScoredDecision] = []
-    runs: list[PolicyRun] = []
+    runs = decide_all(policies, batch, seed=0, time_budgets_s=budgets_s)
     n = max(batch.n_requests, 1)
+    decisions: list[ScoredDecision] = []
     for policy in policies:
-        started = time.perf_counter()
-        try:
-            result = policy.decide(batch, np.random.default_rng(0))
-            _check(result, batch)
-            error = None
-        except Exception as exc:  # any policy failure is contained to this policy and batch
-            result, error = None, f"{type(exc).__name__}: {exc}"
-        elapsed = time.perf_counter() - started
-        latency_us = elapsed * 1e6 / n
-        budget = budgets_s.get(policy.name)
-        if result is not None and budget is not None and elapsed > budget:
-            error = f"took {elapsed * 1e3:.1f} ms, budget {budget * 1e3:.1f} ms"
-            decisions += _failed(batch, policy, DecisionStatus.TIMEOUT, error, latency_us)
-        elif result is None:
-            decisions += _failed(batch, policy, DecisionStatus.ERROR, error or "", latency_us)
-        else:
-            decisions += _per_request(batch, policy, result, latency_us)
-        runs.append(PolicyRun(policy.name, elapsed, error))
-    return decisions, runs
+        run = runs[str(policy.name)]
+        decisions += _per_request(batch, policy, run, run.latency_s * 1e6 / n)
+    return decisions, list(runs.values())
 
 
 def score_requests(
     requests: Sequence[MirrorRequest],
     policies: Sequence[Policy],
     features: FeatureFunction,
-    budgets_s: dict[str, float] | None = None,
+    budgets_s: Mapping[str, float] | None = None,
 ) -> tuple[ScoringBatch, list[ScoredDecision], list[PolicyRun]]:
     """Features and masks once for the batch, then every policy."""
     batch = make_batch(requests, features)

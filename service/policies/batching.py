@@ -1,0 +1,49 @@
+"""Build a `ScoringBatch` from contract requests, the way online scoring does.
+
+Features come from the versioned contract function and masks from the
+versioned feasibility function, so a batch made here (tests, probes, the
+build script, offline replay) is the batch the scorer would have made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from service.contract import (
+    DEFAULT_FEATURES,
+    N_FEATURES,
+    FeatureFunction,
+    MirrorRequest,
+    check_feasibility,
+)
+from service.policies.base import ScoringBatch
+
+
+def make_batch(
+    requests: Sequence[MirrorRequest], features: FeatureFunction = DEFAULT_FEATURES
+) -> ScoringBatch:
+    """Concatenate every request's option features and feasibility mask in CSR form."""
+    counts = [r.options.n_options for r in requests]
+    offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
+    if not requests:
+        return ScoringBatch(
+            features=np.zeros((0, N_FEATURES), dtype=np.float32),
+            offsets=offsets,
+            mask=np.zeros(0, dtype=bool),
+            requests=(),
+        )
+    rows = np.concatenate([features(r.state, r.workload, r.options) for r in requests])
+    mask = np.concatenate(
+        [
+            check_feasibility(r.state, r.workload, r.options, r.quota_remaining).mask
+            for r in requests
+        ]
+    )
+    return ScoringBatch(
+        features=np.ascontiguousarray(rows, dtype=np.float32),
+        offsets=offsets,
+        mask=mask.astype(bool),
+        requests=tuple(requests),
+    )

@@ -1,0 +1,212 @@
+"""The throughput predictor's own small, versioned feature function.
+
+The contract's feature rows describe an option for a scoring policy; the
+predictor needs something narrower: *which job* (model family and batch size)
+on *which hardware* (capability numbers, never a class name) at *what scale*
+(accelerators taken) and whether the gang sits on one server. Every column is
+computed from contract objects at scoring time, and the build script calls the
+same `compute_predictor_features` on the Gavel table, so training and serving
+agree by construction. Like the contract's function, the definition hash
+covers the version, names, constants and source, and the registry refuses a
+predictor built on another definition.
+
+``Workload.model_family`` may carry a batch size the way Gavel names job
+types, e.g. ``"ResNet-50 (batch size 64)"``; without one, the family's
+default batch size is assumed.
+
+====  =====================  ==============================================
+col   name                   definition
+====  =====================  ==============================================
+0-6   family_*               one-hot over `GAVEL_FAMILIES`; all 0 = unknown
+7     log2_batch_size        log2(batch size); 0 for families without one
+8     log2_peak_tflops       log2(1 + min peak TFLOP/s over the option)
+9     memory_bandwidth_tbps  min memory bandwidth, TB/s
+10    accel_memory_gb        min per-accelerator memory, GB
+11    interconnect_100gbps   min intra-node link, 100 GB/s
+12    log2_accelerators      log2(accelerators taken by the option)
+13    consolidated           1 if the option is one node
+====  =====================  ==============================================
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import numpy as np
+from numpy.typing import NDArray
+
+from service.contract import MirrorRequest, Workload
+
+PREDICTOR_FEATURE_VERSION = "gavel-predictor-features-v1"
+
+GAVEL_FAMILIES: tuple[str, ...] = (
+    "A3C",
+    "CycleGAN",
+    "LM",
+    "Recommendation",
+    "ResNet-18",
+    "ResNet-50",
+    "Transformer",
+)
+"""Model families measured by Gavel, in one-hot column order."""
+
+DEFAULT_BATCH_SIZE: Mapping[str, int] = MappingProxyType(
+    {"LM": 20, "Recommendation": 2048, "ResNet-18": 64, "ResNet-50": 32, "Transformer": 64}
+)
+"""Batch size assumed when ``model_family`` names none (the middle Gavel size)."""
+
+PREDICTOR_FEATURE_NAMES: tuple[str, ...] = (
+    *(f"family_{f.lower().replace('-', '')}" for f in GAVEL_FAMILIES),
+    "log2_batch_size",
+    "log2_peak_tflops",
+    "memory_bandwidth_tbps",
+    "accel_memory_gb",
+    "interconnect_100gbps",
+    "log2_accelerators",
+    "consolidated",
+)
+N_PREDICTOR_FEATURES = len(PREDICTOR_FEATURE_NAMES)
+
+_BATCH_SUFFIX = re.compile(r"^\s*(?P<family>.*?)\s*\(batch size (?P<batch>\d+)\)\s*$")
+
+
+@dataclass(frozen=True, slots=True)
+class JobType:
+    """A model family and its batch size (None when the family has none)."""
+
+    family: str
+    batch_size: int | None
+
+    @property
+    def known(self) -> bool:
+        """Whether the family is one Gavel measured."""
+        return self.family in GAVEL_FAMILIES
+
+
+def parse_job_type(model_family: str) -> JobType:
+    """Split ``"ResNet-50 (batch size 64)"`` into family and batch size.
+
+    Family names match `GAVEL_FAMILIES` case-insensitively; an unknown family
+    is kept as written (its one-hot row is all zeros).
+    """
+    match = _BATCH_SUFFIX.match(model_family)
+    name = match.group("family") if match else model_family.strip()
+    batch = int(match.group("batch")) if match else None
+    canonical = {f.lower(): f for f in GAVEL_FAMILIES}.get(name.lower(), name)
+    if batch is None:
+        batch = DEFAULT_BATCH_SIZE.get(canonical)
+    return JobType(canonical, batch)
+
+
+def job_columns(job: JobType) -> NDArray[np.float64]:
+    """The job's columns (0-7): family one-hot and log2 batch size."""
+    cols = np.zeros(len(GAVEL_FAMILIES) + 1)
+    if job.known:
+        cols[GAVEL_FAMILIES.index(job.family)] = 1.0
+    cols[-1] = math.log2(job.batch_size) if job.batch_size else 0.0
+    return cols
+
+
+def compute_predictor_features(
+    job: NDArray[np.float64],
+    peak_tflops: NDArray[np.float64],
+    memory_bandwidth_gbps: NDArray[np.float64],
+    accelerator_memory_gb: NDArray[np.float64],
+    interconnect_gbps: NDArray[np.float64],
+    accelerators: NDArray[np.float64],
+    consolidated: NDArray[np.float64],
+) -> NDArray[np.float32]:
+    """Rows of shape ``(n, N_PREDICTOR_FEATURES)``, float32.
+
+    `job` has shape ``(8,)`` (one job for every row) or ``(n, 8)``; the other
+    arrays have shape ``(n,)`` and hold the option's slowest member's
+    capabilities, accelerators taken in total, and 1.0 for a one-node option.
+    """
+    n = len(peak_tflops)
+    out = np.empty((n, N_PREDICTOR_FEATURES), dtype=np.float64)
+    out[:, :8] = job
+    out[:, 8] = np.log2(1.0 + peak_tflops)
+    out[:, 9] = memory_bandwidth_gbps / 1000.0
+    out[:, 10] = accelerator_memory_gb
+    out[:, 11] = interconnect_gbps / 100.0
+    out[:, 12] = np.log2(np.maximum(accelerators, 1.0))
+    out[:, 13] = consolidated
+    return out.astype(np.float32)
+
+
+def _request_features(request: MirrorRequest) -> NDArray[np.float32]:
+    """Predictor rows for every option of one request."""
+    state, options = request.state, request.options
+    n_opt = options.n_options
+    if n_opt == 0:
+        return np.zeros((0, N_PREDICTOR_FEATURES), dtype=np.float32)
+    hw = state.hardware
+    cls = state.node_hardware[options.node_index]
+    starts = options.node_offsets[:-1]
+
+    def slowest(values: list[float]) -> NDArray[np.float64]:
+        return np.minimum.reduceat(np.asarray(values, dtype=np.float64)[cls], starts)
+
+    taken = np.bincount(
+        options.entry_option, weights=options.accelerators.astype(np.float64), minlength=n_opt
+    ).astype(np.float64)
+    return compute_predictor_features(
+        job_columns(parse_job_type(request.workload.model_family)),
+        slowest([h.peak_dense_tflops for h in hw]),
+        slowest([h.memory_bandwidth_gbps for h in hw]),
+        slowest([h.accelerator_memory_gb for h in hw]),
+        slowest([h.interconnect_gbps for h in hw]),
+        taken,
+        (options.nodes_per_option == 1).astype(np.float64),
+    )
+
+
+@dataclass(frozen=True)
+class PredictorFeatureFunction:
+    """The predictor's feature function with its identity (version + hash)."""
+
+    version: str = PREDICTOR_FEATURE_VERSION
+    names: tuple[str, ...] = PREDICTOR_FEATURE_NAMES
+
+    def __call__(self, requests: Sequence[MirrorRequest]) -> NDArray[np.float32]:
+        """Rows for every option of every request, concatenated in batch order."""
+        if not requests:
+            return np.zeros((0, N_PREDICTOR_FEATURES), dtype=np.float32)
+        return np.concatenate([_request_features(r) for r in requests])
+
+    def for_workload(self, workload: Workload) -> NDArray[np.float64]:
+        """The job columns of `workload` (for tests and the build script)."""
+        return job_columns(parse_job_type(workload.model_family))
+
+    @property
+    def definition_hash(self) -> str:
+        """sha256 over version, names, default batch sizes and the computation's source."""
+        material = json.dumps(
+            {
+                "version": self.version,
+                "names": list(self.names),
+                "families": list(GAVEL_FAMILIES),
+                "default_batch": dict(DEFAULT_BATCH_SIZE),
+                "source": [
+                    inspect.getsource(fn)
+                    for fn in (
+                        parse_job_type,
+                        job_columns,
+                        compute_predictor_features,
+                        _request_features,
+                    )
+                ],
+            },
+            sort_keys=True,
+        )
+        return hashlib.sha256(material.encode()).hexdigest()
+
+
+PREDICTOR_FEATURES = PredictorFeatureFunction()

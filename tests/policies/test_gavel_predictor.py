@@ -1,0 +1,159 @@
+"""The Gavel predictor against the measured data files (skipped where data is absent)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from service.contract import (
+    KNOWN_HARDWARE,
+    SCHEMA_VERSION,
+    ClusterState,
+    MirrorRequest,
+    PlacementOptions,
+)
+from service.policies.base import ScoringBatch
+from service.policies.baselines import ThroughputGreedy
+from service.policies.batching import make_batch
+from service.policies.build_models.gavel import (
+    GavelTable,
+    fastest_single_gpu_class,
+    load_gavel,
+)
+from service.policies.predictor_features import PREDICTOR_FEATURES
+from service.policies.registry import Registry
+
+from .conftest import POLICIES_DIR, workload
+
+CLASSES = ("K80", "P100", "V100")
+
+
+@pytest.fixture(scope="module")
+def table(gavel_csv: Path) -> GavelTable:
+    return load_gavel(gavel_csv)
+
+
+def three_class_cluster() -> ClusterState:
+    """Two idle 8-GPU servers per class (the second one so gangs can spread)."""
+    n = 6
+    return ClusterState(
+        node_ids=tuple(f"{c.lower()}-{i}" for c in CLASSES for i in range(2)),
+        hardware=tuple(KNOWN_HARDWARE[c] for c in CLASSES),
+        node_hardware=np.repeat(np.arange(3), 2).astype(np.int32),
+        accelerators_free=np.full(n, 8, dtype=np.int32),
+        accelerators_total=np.full(n, 8, dtype=np.int32),
+        cpu_free=np.full(n, 64.0, dtype=np.float32),
+        cpu_total=np.full(n, 64.0, dtype=np.float32),
+        memory_free_gb=np.full(n, 512.0, dtype=np.float32),
+        memory_total_gb=np.full(n, 512.0, dtype=np.float32),
+        utilisation=np.zeros(n, dtype=np.float32),
+        queue_length=np.zeros(n, dtype=np.int32),
+        healthy=np.ones(n, dtype=bool),
+        draining=np.zeros(n, dtype=bool),
+        zone=("z",) * n,
+        locality=tuple(f"r{i}" for i in range(n)),
+        labels=(frozenset(),) * n,
+    )
+
+
+def gavel_request(job: str, placements: list[list[tuple[int, int]]]) -> MirrorRequest:
+    """A request for Gavel job type `job`, options given as ``[(node, gpus), ...]``."""
+    sizes = [len(p) for p in placements]
+    total = sum(g for _, g in placements[0])
+    return MirrorRequest(
+        schema_version=SCHEMA_VERSION,
+        request_id=f"gavel-{job}",
+        request_time=1_750_000_000.0,
+        state=three_class_cluster(),
+        workload=workload(job, total, 2.0),
+        options=PlacementOptions(
+            node_offsets=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+            node_index=np.array([n for p in placements for n, _ in p], dtype=np.int32),
+            accelerators=np.array([g for p in placements for _, g in p], dtype=np.int32),
+            option_ids=tuple("" for _ in placements),
+        ),
+    )
+
+
+def single_gpu_batch(jobs: list[str], order: tuple[int, ...]) -> ScoringBatch:
+    """One request per job type, options = one GPU on each class (in `order` of node index)."""
+    return make_batch([gavel_request(job, [[(n, 1)] for n in order]) for job in jobs])
+
+
+@pytest.mark.parametrize("order", [(0, 2, 4), (4, 2, 0), (2, 4, 0)])
+def test_throughput_greedy_picks_the_measured_fastest_class(
+    table: GavelTable, registry: Registry, order: tuple[int, ...]
+) -> None:
+    fastest = fastest_single_gpu_class(table)
+    # The test is only meaningful because newest is not always fastest in the data.
+    assert {job for job, c in fastest.items() if c != "V100"}, "data changed: V100 always wins"
+    jobs = sorted(fastest)
+    batch = single_gpu_batch(jobs, order)
+    greedy = registry.policies["throughput-greedy"]
+    assert isinstance(greedy, ThroughputGreedy)
+    d = greedy.decide(batch, np.random.default_rng(0))
+    picked = {job: CLASSES[order[int(c)] // 2] for job, c in zip(jobs, d.chosen, strict=True)}
+    assert picked == fastest
+
+
+def test_contract_path_and_table_path_give_identical_predictor_rows(table: GavelTable) -> None:
+    node = {"K80": 0, "P100": 2, "V100": 4}
+    requests = []
+    for job, hw, scale, together in zip(
+        table.job_type, table.hardware, table.scale, table.consolidated, strict=True
+    ):
+        first = node[str(hw)]
+        if together:
+            placement = [(first, int(scale))]
+        else:
+            placement = [(first, int(scale) // 2), (first + 1, int(scale) - int(scale) // 2)]
+        requests.append(gavel_request(str(job), [placement]))
+    np.testing.assert_array_equal(PREDICTOR_FEATURES(requests), table.features)
+
+
+def test_manifest_figures_meet_the_acceptance_bar(registry: Registry) -> None:
+    ev = registry.manifests["gavel-throughput"].evaluation
+    assert ev["mean_abs_log_error"] < ev["baseline_mean_abs_log_error"]
+    assert ev["mape"] < ev["baseline_mape"]
+    assert 0.75 <= ev["interval_coverage"] <= 0.85
+    assert ev["in_sample_fastest_class"]["misses"] == []
+    assert ev["onnx_vs_sklearn_max_abs_diff_log"] < 1e-4
+    assert registry.manifests["gavel-scorer"].evaluation["onnx_vs_sklearn_max_abs_diff"] < 1e-4
+
+
+def test_shipped_predictor_fits_the_measurements(table: GavelTable, registry: Registry) -> None:
+    q = registry.predictors["gavel-throughput"].predict_rows(table.features)  # type: ignore[attr-defined]
+    assert np.median(np.abs(np.log(q[:, 1]) - np.log(table.throughput))) < 0.05
+    inside = (table.throughput >= q[:, 0]) & (table.throughput <= q[:, 2])
+    assert inside.mean() >= 0.8  # in-sample, so at least nominal
+
+
+@pytest.mark.slow
+def test_held_out_evaluation_recomputed_from_the_data(
+    table: GavelTable, registry: Registry
+) -> None:
+    from service.policies.build_models import predictor_fit
+
+    figures, _ = predictor_fit.evaluate(table, predictor_fit.PredictorConfig())
+    assert figures["mean_abs_log_error"] < figures["baseline_mean_abs_log_error"]
+    assert 0.75 <= figures["interval_coverage"] <= 0.85
+    recorded = registry.manifests["gavel-throughput"].evaluation
+    for key in ("mean_abs_log_error", "interval_coverage", "mape"):
+        assert figures[key] == recorded[key]
+
+
+@pytest.mark.slow
+def test_build_reproduces_the_committed_artifacts(gavel_csv: Path, tmp_path: Path) -> None:
+    from service.policies.build_models.__main__ import build
+
+    result = build(tmp_path, seed=0, console=Console(file=io.StringIO()))
+    assert max(result["fidelity"]) < 1e-4
+    for name in ("gavel-throughput", "gavel-scorer"):
+        built = hashlib.sha256((tmp_path / name / "model.onnx").read_bytes()).hexdigest()
+        committed = hashlib.sha256((POLICIES_DIR / name / "model.onnx").read_bytes()).hexdigest()
+        assert built == committed, name
