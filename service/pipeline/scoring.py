@@ -45,7 +45,7 @@ class ScoredDecision:
     production_probability: float | None
     defer_probability: float
     scores: NDArray[np.float32]
-    probabilities: NDArray[np.float32]
+    probabilities: NDArray[np.float64]
     raw_favourite_infeasible: bool
     agrees_with_production: bool | None
     latency_us: float
@@ -106,7 +106,7 @@ def _per_request(
                 production_probability=prod_p,
                 defer_probability=defer_p,
                 scores=d.scores[start:end].astype(np.float32),
-                probabilities=probs.astype(np.float32),
+                probabilities=probs.astype(np.float64),
                 raw_favourite_infeasible=bool(d.raw_favourite_infeasible[r]),
                 agrees_with_production=agrees,
                 latency_us=latency_us,

@@ -1,0 +1,132 @@
+"""The decision log as the scorer's sink: scored batches in, one transaction out.
+
+Implements `service.pipeline.scorer.DecisionSink` on `DecisionLogWriter`, so
+the pipeline knows nothing of SQL and the storage layer nothing of scoring.
+Policies are registered with their artifact hash on first sight, in the same
+transaction as their first decisions.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from service.contract import DEFER
+from service.pipeline.scorer import ScoredBatch, SinkResult
+from service.pipeline.scoring import ScoredDecision
+from service.policies.manifest import Manifest
+from service.storage.convert import outcome_row, rows_from
+from service.storage.rows import DecisionRow, LogBatch, PolicyRow, SnapshotRow
+from service.storage.writer import DecisionLogWriter
+
+
+def _optional(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def decision_row(d: ScoredDecision, scored_at: float) -> DecisionRow:
+    """The log row of one scored decision; predictions kept for the chosen option."""
+    predicted = None
+    if d.predictions and d.chosen != DEFER:
+        predicted = {
+            name: float(values[d.chosen])
+            for name, values in d.predictions.items()
+            if math.isfinite(float(values[d.chosen]))
+        }
+    return DecisionRow(
+        request_id=d.request_id,
+        request_time=d.request_time,
+        policy_name=d.policy,
+        policy_version=d.policy_version,
+        status=d.status.value,
+        chosen_option=d.chosen,
+        chosen_probability=_optional(d.chosen_probability),
+        production_probability=_optional(d.production_probability),
+        defer_probability=_optional(d.defer_probability),
+        scores_f32=np.asarray(d.scores, dtype="<f4").tobytes(),
+        probabilities_f64=np.asarray(d.probabilities, dtype="<f8").tobytes(),
+        predicted=predicted,
+        raw_favourite_infeasible=d.raw_favourite_infeasible,
+        agrees_with_production=d.agrees_with_production,
+        latency_us=round(d.latency_us),
+        error=d.error,
+        scored_at=scored_at,
+    )
+
+
+class DecisionLogSink:
+    """`DecisionSink` over PostgreSQL."""
+
+    def __init__(
+        self,
+        writer: DecisionLogWriter,
+        manifests: Mapping[str, Manifest] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._writer = writer
+        self._manifests = dict(manifests or {})
+        self._clock = clock
+        self._registered: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+
+    def _policy_rows(self, batch: ScoredBatch, now: float) -> list[PolicyRow]:
+        rows = []
+        for policy in batch.policies:
+            key = (str(policy.name), str(policy.version))
+            if key in self._registered:
+                continue
+            manifest = self._manifests.get(key[0])
+            rows.append(
+                PolicyRow(
+                    name=key[0],
+                    version=key[1],
+                    kind=manifest.kind.value if manifest else "baseline",
+                    sha256=manifest.model_sha256 if manifest else None,
+                    feature_version=batch.feature_version,
+                    feature_hash=batch.feature_hash,
+                    registered_at=now,
+                )
+            )
+        return rows
+
+    def write(self, batch: ScoredBatch) -> SinkResult:
+        """Commit the batch; `Unavailable` propagates and nothing is committed."""
+        with self._lock:
+            now = self._clock()
+            requests = []
+            snapshots: dict[bytes, SnapshotRow] = {}
+            for logged in batch.requests:
+                row, snapshot = rows_from(
+                    logged.request,
+                    logged.payload,
+                    logged.seq,
+                    logged.received_at,
+                    batch.feature_version,
+                    batch.feature_hash,
+                )
+                requests.append(row)
+                if snapshot is not None:
+                    snapshots[snapshot.snapshot_hash] = snapshot
+            policies = self._policy_rows(batch, now)
+            result = self._writer.write(
+                LogBatch(
+                    requests=requests,
+                    snapshots=list(snapshots.values()),
+                    decisions=[decision_row(d, now) for d in batch.decisions],
+                    outcomes=[outcome_row(o.outcome, o.received_at, o.seq) for o in batch.outcomes],
+                    policies=policies,
+                )
+            )
+            self._registered |= {(p.name, p.version) for p in policies}
+            oc = result.outcomes
+            return SinkResult(
+                requests_inserted=result.requests.inserted,
+                decisions_inserted=result.decisions.inserted,
+                outcomes_joined=oc.joined + oc.joined_from_pending,
+                outcomes_dangling=oc.pending,
+                duplicates=result.requests.duplicates + result.decisions.duplicates + oc.duplicates,
+            )
