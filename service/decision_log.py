@@ -1,4 +1,4 @@
-"""The decision log as the scorer's sink: scored batches in, one transaction out.
+"""The decision log as the scorer's sink (composition glue between pipeline and storage).
 
 Implements `service.pipeline.scorer.DecisionSink` on `DecisionLogWriter`, so
 the pipeline knows nothing of SQL and the storage layer nothing of scoring.
