@@ -10,6 +10,9 @@ import pytest
 
 from service.contract import MirrorRequest
 from service.samples import sample_requests, shared_data_dir
+from tests.pg_fixtures import TEMPLATE, db_url, fresh_db, pg_dir, pg_home, pg_server
+
+__all__ = ["TEMPLATE", "db_url", "fresh_db", "pg_dir", "pg_home", "pg_server"]
 
 
 @pytest.fixture(scope="session")
