@@ -43,6 +43,59 @@ def settings() -> None:
     console.print(table)
 
 
+db_app = typer.Typer(help="Decision-log database.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Create or migrate the decision-log schema (embedded PostgreSQL unless a URL is set)."""
+    from service.storage import open_database, upgrade
+
+    settings = Settings()
+    url, _ = open_database(settings.database_url, settings.data_dir)
+    upgrade(url)
+    console.print("[green]decision log at the latest schema[/]")
+
+
+@app.command()
+def replay(
+    request_id: str = typer.Option(..., "--request-id", help="Logged request to replay."),
+    policy: str = typer.Option(..., "--policy", help="Policy whose decision to recompute."),
+) -> None:
+    """Recompute a logged decision from the stored raw request and compare."""
+    from service.contract.errors import NotFound
+    from service.policies.registry import load_registry
+    from service.replay import replay_decision
+    from service.storage import make_engine, open_database
+
+    settings = Settings()
+    url, _ = open_database(settings.database_url, settings.data_dir)
+    registry = load_registry(settings.policies_dir)
+    if policy not in registry.policies:
+        console.print(
+            f"[red]unknown policy `{policy}`; loaded: {', '.join(sorted(registry.policies))}"
+        )
+        raise typer.Exit(2)
+    engine = make_engine(url)
+    try:
+        result = replay_decision(engine, request_id, registry.policies[policy])
+    except NotFound as exc:
+        console.print(f"[red]{exc}")
+        raise typer.Exit(1) from exc
+    finally:
+        engine.dispose()
+    table = Table("", "logged", "replayed", title=f"{policy} on {request_id}")
+    table.add_row("feature hash", result.logged_feature_hash[:16], result.replay_feature_hash[:16])
+    table.add_row("chosen option", str(result.logged_chosen), str(result.replay_chosen))
+    table.add_row("max |score diff|", f"{result.max_score_diff:.2e}", "")
+    table.add_row("max |probability diff|", f"{result.max_probability_diff:.2e}", "")
+    console.print(table)
+    console.print("[green]identical[/]" if result.matches else "[red]differs[/]")
+    if not result.matches:
+        raise typer.Exit(1)
+
+
 @app.command()
 def demo(
     requests: int = typer.Option(60, help="Sample requests to mirror."),

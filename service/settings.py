@@ -67,6 +67,19 @@ class Settings(BaseSettings):
     max_nodes: int = Field(default=100_000, ge=1)
     """Most nodes one cluster snapshot may list."""
 
+    database_url: str | None = None
+    """PostgreSQL URL (SQLAlchemy form, e.g. postgresql+psycopg://...). Unset: the
+    embedded PostgreSQL in `<data_dir>/postgres` is started (or reused)."""
+
+    policies_dir: Path = Path("policies")
+    """Directory of policy manifests (`*/policy.yaml`) to load and score."""
+
+    scorer_max_batch: int = Field(default=256, ge=1, le=10_000)
+    """Most journal records one scoring micro-batch takes; batches are smaller when idle."""
+
+    scoring_enabled: bool = True
+    """Run the scorer and decision log; off only for ingest-only deployments and tests."""
+
     auth_tokens: dict[str, Role] = Field(default_factory=dict)
     """Bearer tokens, stored as sha256 hex digest -> role (JSON in the environment).
     Make a digest with `understudy token-hash`. No entry for a role means nobody

@@ -20,13 +20,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, create_engine, pool, text
+from sqlalchemy import create_engine, pool, text
 
 from service.storage import (
     EmbeddedPostgres,
     create_database,
     drop_database,
-    make_engine,
     start_embedded,
     stop_embedded,
     upgrade,
@@ -97,5 +96,3 @@ def fresh_db(pg_server: EmbeddedPostgres) -> Iterator[Callable[[bool], str]]:
 def db_url(fresh_db: Callable[[bool], str]) -> str:
     """URL of a migrated, empty database for this test."""
     return fresh_db(True)
-
-

@@ -19,6 +19,7 @@ from service.environment import (
 )
 from service.environment.dataset import target_probabilities
 from service.environment.episode import OUTCOME_FIELDS
+from service.policies.base import Policy
 
 
 def test_shapes_are_as_documented(small_pool: ContextPool, small_world: World) -> None:
@@ -78,11 +79,12 @@ def test_ips_over_replications_is_unbiased_for_the_exact_truth(
     small_pool: ContextPool, table: ThroughputTable, name: str
 ) -> None:
     """The truth of resampled data is exact, so an unbiased estimator must centre on it."""
-    target = {
+    targets: dict[str, Policy] = {
         "least-loaded": LeastLoaded(),
         "random-feasible": RandomFeasible(),
         "throughput-aware": ThroughputAware(table),
-    }[name]
+    }
+    target = targets[name]
     p = small_pool
     pi = target_probabilities(p.features, p.n_options, p.mask, p.requests, target)
     rep = p.sample(np.random.default_rng(5), 4000)

@@ -14,6 +14,7 @@ from service.environment import (
     ProductionEmulator,
     RandomFeasible,
     ThroughputAware,
+    ThroughputTable,
     World,
     log_episode,
 )
@@ -43,10 +44,12 @@ def test_the_policy_path_gives_the_logged_propensities(small_pool: ContextPool) 
     )
     np.testing.assert_allclose(d.probabilities, logged, rtol=0, atol=1e-12)
     np.testing.assert_array_equal(d.defer_probability, small_pool.logging_probabilities[:, -1])
+    logged_p = []
     for r in small_pool.requests:
         assert r.production is not None and r.production.propensity is not None
+        logged_p.append(r.production.propensity)
     chosen_p = small_pool.logging_probabilities[np.arange(small_pool.n), small_pool.logged_action]
-    np.testing.assert_allclose(chosen_p, [r.production.propensity for r in small_pool.requests])  # type: ignore[union-attr]
+    np.testing.assert_allclose(chosen_p, np.array(logged_p))
 
 
 @pytest.mark.parametrize("mode", list(EmulatorMode))
@@ -98,7 +101,7 @@ def test_sampling_draws_in_proportion() -> None:
 
 @pytest.mark.parametrize("make", [ThroughputAware, LeastLoaded, RandomFeasible, ProductionEmulator])
 def test_simulator_policies_keep_the_policy_contract(
-    small_pool: ContextPool, make: type, table: object
+    small_pool: ContextPool, make: type, table: ThroughputTable
 ) -> None:
     policy: Policy = make(table) if make is ThroughputAware else make()
     batch = _batch(small_pool)
@@ -116,11 +119,11 @@ def test_simulator_policies_keep_the_policy_contract(
 
 
 def test_throughput_aware_picks_the_measured_fastest_class(
-    small_pool: ContextPool, table: object
+    small_pool: ContextPool, table: ThroughputTable
 ) -> None:
     """It takes a feasible option of the highest expected measured rate (which is not always
     the newest class: Gavel measured Recommendation faster on K80 than on V100)."""
-    policy = ThroughputAware(table)  # type: ignore[arg-type]
+    policy = ThroughputAware(table)
     checked = 0
     for request in small_pool.requests:
         feas = check_feasibility(request.state, request.workload, request.options)

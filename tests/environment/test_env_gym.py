@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from service.contract import DEFAULT_FEATURES, SIGNALS, check_feasibility, validate_request
-from service.environment import ENV_ID, ClusterEnv, scenario_names
+from service.contract import DEFAULT_FEATURES, DEFER, SIGNALS, check_feasibility, validate_request
+from service.environment import ENV_ID, ClusterEnv, log_episode, scenario_names
 
 
 @pytest.mark.parametrize("name", scenario_names())
@@ -111,7 +111,7 @@ def test_padding_actions_are_flagged_not_placed() -> None:
     _, info = env.reset(seed=2)
     request = env.mirror_request()
     assert request is not None
-    k = env.action_space.n - 1
+    k = env.world.max_options
     if request.options.n_options == k:
         pytest.skip("no padding slot in this request")
     _, _, _, _, info = env.step(k - 1)
@@ -141,3 +141,26 @@ def test_episode_reward_is_the_reward_of_every_job_once() -> None:
 def test_step_before_reset_is_refused() -> None:
     with pytest.raises(RuntimeError, match="reset"):
         ClusterEnv("train").step(0)
+
+
+def test_replaying_production_in_the_env_is_the_logged_run() -> None:
+    """A driver stepping with `production_action` mirrors exactly what `log_episode` records."""
+    env = ClusterEnv("train")
+    env.reset(seed=9)
+    log = log_episode(env.world, *env.episode_key)
+    requests, outcomes, done = [], [], False
+    while not done:
+        request = env.mirror_request(with_production=True)
+        assert request is not None and request.production is not None
+        requests.append(request)
+        _, _, done, _, info = env.step(env.production_action())
+        outcomes += info["outcomes"]
+    logged = [r for r in log.requests if r.production and r.production.option != DEFER]
+    assert [r.production for r in requests] == [r.production for r in logged]
+    assert [r.workload.workload_id.rsplit("-", 1)[1] for r in requests] == [
+        r.workload.workload_id.rsplit("-", 1)[1] for r in logged
+    ]
+    by_job = {o.request_id.split("-j")[1].split("-")[0]: o.completion_time_s for o in outcomes}
+    final = log.job_outcomes()
+    for j, completion in zip(final.job, final.completion_time_s, strict=True):
+        assert by_job[str(j)] == completion

@@ -12,16 +12,24 @@ import pytest
 
 from service.app import Service, build_service
 from service.auth import token_digest
+from service.policies.registry import Registry
 from service.settings import Settings
 from service.wire.understudy.v1 import shadow_pb2_grpc
 
 
 @pytest.fixture()
-def make_service(tmp_data: Path, runtime_token: str) -> Iterator[Callable[..., Service]]:
-    """Factory: start a service with overrides; every one started is stopped."""
+def make_service(
+    tmp_data: Path, runtime_token: str, db_url: str
+) -> Iterator[Callable[..., Service]]:
+    """Factory: start a service with overrides; every one started is stopped.
+
+    Each test's service logs to its own fresh database on the session's
+    embedded PostgreSQL (see tests/pg_fixtures.py).
+    """
     started: list[Service] = []
 
-    def make(**overrides: Any) -> Service:
+    def make(policies: Registry | None = None, **overrides: Any) -> Service:
+        overrides.setdefault("database_url", db_url)
         settings = Settings(
             data_dir=tmp_data,
             grpc_port=0,
@@ -30,7 +38,7 @@ def make_service(tmp_data: Path, runtime_token: str) -> Iterator[Callable[..., S
             journal_fsync="never",
             **overrides,
         )
-        service = build_service(settings)
+        service = build_service(settings, policies=policies)
         service.start()
         service.wait_started()
         started.append(service)
@@ -43,8 +51,8 @@ def make_service(tmp_data: Path, runtime_token: str) -> Iterator[Callable[..., S
 
 @pytest.fixture()
 def service(make_service: Callable[..., Service]) -> Service:
-    """A service with default limits."""
-    return make_service()
+    """An ingest-only service (no scorer), so tests can read the journal untouched."""
+    return make_service(scoring_enabled=False)
 
 
 @pytest.fixture()

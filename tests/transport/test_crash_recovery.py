@@ -13,11 +13,13 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
+from sqlalchemy import text
 
 from service.auth import token_digest
 from service.contract import MirrorRequest
 from service.pipeline.journal import read_all
 from service.pipeline.journal_format import RecordKind
+from service.storage import make_engine
 from service.transport.http.convert import mirror_to_json
 from service.wire.convert import mirror_request_to_pb
 from service.wire.understudy.v1 import contract_pb2, shadow_pb2, shadow_pb2_grpc
@@ -26,9 +28,10 @@ from service.wire.understudy.v1 import contract_pb2, shadow_pb2, shadow_pb2_grpc
 class ServerProcess:
     """`understudy serve` in a child process; ports read from its first stdout line."""
 
-    def __init__(self, data_dir: Path, token: str) -> None:
+    def __init__(self, data_dir: Path, token: str, database_url: str) -> None:
         env = dict(os.environ)
         env.update(
+            UNDERSTUDY_DATABASE_URL=database_url,
             UNDERSTUDY_DATA_DIR=str(data_dir),
             UNDERSTUDY_GRPC_PORT="0",
             UNDERSTUDY_HTTP_PORT="0",
@@ -122,9 +125,10 @@ def test_sigkill_after_acks_then_restart_keeps_every_acked_request(
     runtime_token: str,
     requests_sample: list[MirrorRequest],
     server_factory: list[ServerProcess],
+    db_url: str,
 ) -> None:
     data = tmp_path / "data"
-    first = ServerProcess(data, runtime_token)
+    first = ServerProcess(data, runtime_token, db_url)
     server_factory.append(first)
     acked = _mirror_everywhere(first, runtime_token, requests_sample[:20], "before")
     assert len(acked) == 60
@@ -132,10 +136,20 @@ def test_sigkill_after_acks_then_restart_keeps_every_acked_request(
 
     assert _journal_ids(data / "journal") == acked
 
-    second = ServerProcess(data, runtime_token)
+    second = ServerProcess(data, runtime_token, db_url)
     server_factory.append(second)
     more = _mirror_everywhere(second, runtime_token, requests_sample[20:25], "after")
     assert second.terminate() == 0
     records = read_all(data / "journal")
     assert [r.seq for r in records] == list(range(1, len(acked) + len(more) + 1))
     assert _journal_ids(data / "journal") == acked + more
+
+    # The restarted scorer resumed from its checkpoint: the decision log holds
+    # every acked request exactly once (replays of the killed batch deduplicated).
+    engine = make_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(text("SELECT request_id FROM requests")).scalars().all()
+    finally:
+        engine.dispose()
+    assert sorted(rows) == sorted(acked + more)

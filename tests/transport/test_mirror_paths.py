@@ -102,7 +102,9 @@ def test_full_journal_sheds_and_every_message_is_accounted_for(
     runtime_token: str,
     requests_sample: list[MirrorRequest],
 ) -> None:
-    service = make_service(journal_max_bytes=40_000, journal_segment_bytes=8192)
+    service = make_service(
+        journal_max_bytes=40_000, journal_segment_bytes=8192, scoring_enabled=False
+    )
     auth = (("authorization", f"Bearer {runtime_token}"),)
     sent = accepted = shed = rejected = 0
     with grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:

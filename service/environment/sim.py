@@ -1,0 +1,359 @@
+"""The discrete-event core: jobs arrive, are placed or wait, run at measured rates, finish.
+
+Time advances from event to event (an arrival or a completion). At each event
+every waiting job is offered again, in arrival order; a request with no
+feasible option is deferred without asking anyone (a *forced* defer). The
+caller decides the rest through `Simulator.next_decision` / `Simulator.apply`.
+
+Rates (steps/s) of a running job ``j`` on class ``c``, times its speed
+multiplier ``s_j`` (drawn when it starts) and the class's degradation:
+
+- alone on one server: Gavel's consolidated measurement for (type, GPUs, c);
+- spread over servers: Gavel's unconsolidated measurement;
+- sharing one GPU with job ``i`` (single-GPU jobs only): Gavel's pair
+  measurement of ``j`` next to ``i``; when ``i`` leaves, ``j`` returns to its
+  alone rate. Pairs measured as 0 never share.
+
+Randomness is keyed, not sequential, so forks share it (common random
+numbers): a world ``w`` fixes each job's speed and each (job, attempt)'s
+uniform used by the production emulator. `Simulator.fork` copies the state and
+may switch to another world for everything not yet started.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from service.contract import DEFER
+from service.environment.data import SCALE_FACTORS
+from service.environment.sim_state import (
+    DONE,
+    RUNNING,
+    UNIFORMS_PER_JOB,
+    WAITING,
+    Options,
+    Randomness,
+    SimState,
+)
+from service.environment.world import MAX_GPUS_PER_JOB, EpisodeJobs, World
+
+__all__ = [
+    "DONE",
+    "RUNNING",
+    "UNIFORMS_PER_JOB",
+    "WAITING",
+    "Options",
+    "Randomness",
+    "SimState",
+    "Simulator",
+]
+
+
+class Simulator:
+    """One episode of a `World`: state, event loop, options, placement."""
+
+    def __init__(self, world: World, jobs: EpisodeJobs, randomness: Randomness) -> None:
+        self.world = world
+        self.jobs = jobs
+        self.randomness = randomness
+        n, g = jobs.n, int(world.gpu_start[-1])
+        self.state = SimState(
+            time=0.0,
+            status=np.zeros(n, dtype=np.int8),
+            remaining=jobs.remaining0.copy(),
+            rate=np.zeros(n),
+            speed=np.ones(n),
+            start=np.full(n, np.nan),
+            finish=np.full(n, np.nan),
+            cls_of=np.full(n, -1, dtype=np.int64),
+            spread=np.zeros(n, dtype=bool),
+            partner=np.full(n, -1, dtype=np.int64),
+            gpus_of=np.full((n, MAX_GPUS_PER_JOB), -1, dtype=np.int64),
+            occ=np.full((g, 2), -1, dtype=np.int64),
+            attempts=np.zeros(n, dtype=np.int64),
+            requests=np.zeros(n, dtype=np.int64),
+            idle=world.node_gpus.copy(),
+            infeasible_at=np.full(n, -1, dtype=np.int64),
+            next_arrival=jobs.n_background,
+            completions=0,
+            queue=[],
+        )
+        self._sf = np.searchsorted(SCALE_FACTORS, jobs.gpus)
+        self._current: tuple[int, Options] | None = None
+        self._place_background()
+
+    # ---------------------------------------------------------------- forks
+    def fork(self, randomness: Randomness | None = None) -> Simulator:
+        """A copy at the same instant; with `randomness`, jobs not yet started use that world."""
+        other = object.__new__(Simulator)
+        other.world, other.jobs, other._sf = self.world, self.jobs, self._sf
+        other.randomness = randomness or self.randomness
+        other.state = self.state.copy()
+        other._current = self._current
+        return other
+
+    # ---------------------------------------------------------------- rates
+    def _alone_rate(self, j: int, c: int, spread: bool) -> float:
+        table = self.world.spread_rate if spread else self.world.cons_rate
+        return float(table[self.jobs.type_idx[j], self._sf[j], c]) * float(self.state.speed[j])
+
+    def _pair_rate(self, j: int, other: int, c: int) -> float:
+        t = self.jobs.type_idx
+        return float(self.world.pair_rate[t[j], t[other], c]) * float(self.state.speed[j])
+
+    # ---------------------------------------------------------------- placement
+    def _place_background(self) -> None:
+        s, w = self.state, self.world
+        j = 0
+        for node, count in enumerate(w.background_per_node()):
+            gpus = range(int(w.gpu_start[node]), int(w.gpu_start[node]) + count)
+            for g in gpus:
+                s.speed[j] = self.randomness.speed[j]
+                self._start(j, [g], int(w.node_class[node]), spread=False)
+                j += 1
+
+    def _start(self, j: int, gpus: list[int], c: int, spread: bool) -> None:
+        s = self.state
+        s.status[j], s.start[j], s.cls_of[j], s.spread[j] = RUNNING, s.time, c, spread
+        s.gpus_of[j, : len(gpus)] = gpus
+        s.rate[j] = self._alone_rate(j, c, spread)
+        for g in gpus:
+            if s.occ[g, 0] < 0:
+                s.occ[g, 0] = j
+                s.idle[self.world.gpu_node[g]] -= 1
+            else:
+                other = int(s.occ[g, 0])
+                s.occ[g, 1] = j
+                s.partner[j], s.partner[other] = other, j
+                s.rate[j] = self._pair_rate(j, other, c)
+                s.rate[other] = self._pair_rate(other, j, c)
+
+    def _finish(self, j: int) -> None:
+        s = self.state
+        s.status[j], s.finish[j], s.remaining[j], s.rate[j] = DONE, s.time, 0.0, 0.0
+        s.completions += 1
+        for g in s.gpus_of[j][s.gpus_of[j] >= 0]:
+            if s.occ[g, 0] == j:
+                s.occ[g, 0], s.occ[g, 1] = s.occ[g, 1], -1
+                if s.occ[g, 0] < 0:
+                    s.idle[self.world.gpu_node[g]] += 1
+            elif s.occ[g, 1] == j:
+                s.occ[g, 1] = -1
+        other = int(s.partner[j])
+        if other >= 0:
+            s.partner[j] = s.partner[other] = -1
+            s.rate[other] = self._alone_rate(other, int(s.cls_of[other]), bool(s.spread[other]))
+
+    def idle_per_node(self) -> NDArray[np.int64]:
+        """GPUs with no job, per node, shape ``(n_nodes,)`` (a copy)."""
+        return self.state.idle.copy()
+
+    def busy_per_node(self) -> NDArray[np.int64]:
+        """GPUs with at least one job, per node."""
+        out: NDArray[np.int64] = self.world.node_gpus - self.state.idle
+        return out
+
+    def _shareable(self, j: int) -> NDArray[np.int64]:
+        """Per GPU, 1 when single-GPU job `j` could share it.
+
+        Sharable: exactly one tenant, itself single-GPU, and a positive pair
+        measurement both ways on the GPU's class.
+        """
+        s, w = self.state, self.world
+        if not w.scenario.packing or self.jobs.gpus[j] != 1:
+            return np.zeros(len(s.occ), dtype=np.int64)
+        tenant = s.occ[:, 0]
+        cand = (tenant >= 0) & (s.occ[:, 1] < 0)
+        safe = np.where(cand, tenant, 0)
+        t_type = self.jobs.type_idx[safe]
+        cls = w.node_class[w.gpu_node]
+        mine = self.jobs.type_idx[j]
+        with np.errstate(invalid="ignore"):  # NaN (unmeasured) compares False: never shares
+            ok = (w.pair_rate[mine, t_type, cls] > 0) & (w.pair_rate[t_type, mine, cls] > 0)
+        out: NDArray[np.int64] = (cand & (self.jobs.gpus[safe] == 1) & ok).astype(np.int64)
+        return out
+
+    def options(self, j: int) -> Options:
+        """Options for job `j` now: one per server big enough, plus a spread gang per class."""
+        if self._current is not None and self._current[0] == j:
+            return self._current[1]
+        w, k = self.world, int(self.jobs.gpus[j])
+        idle = self.state.idle
+        free = idle.copy()
+        if k == 1 and w.scenario.packing and (idle < w.node_gpus).any():
+            free += np.add.reduceat(self._shareable(j), w.gpu_start[:-1])
+        nodes = w.nodes_fitting[k]
+        allowed = w.allowed[self.jobs.type_idx[j], self._sf[j]]
+        gangs = [g for c in range(w.n_classes) if (g := self._gang(j, c, k))] if k >= 2 else []
+        if not gangs:  # the common case: one entry per option
+            node = nodes.astype(np.int32)
+            take = np.full(len(nodes), k, dtype=np.int32)
+            cls = w.node_class[nodes]
+            mask = (take <= free[nodes]) & ~w.node_draining[nodes] & allowed[cls]
+            offsets = np.arange(len(nodes) + 1, dtype=np.int64)
+            spread = np.zeros(len(nodes), dtype=bool)
+        else:
+            node_l = [int(n) for n in nodes] + [n for _, g in gangs for n, _ in g]
+            take_l = [k] * len(nodes) + [t for _, g in gangs for _, t in g]
+            counts = [1] * len(nodes) + [len(g) for _, g in gangs]
+            offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+            node = np.asarray(node_l, dtype=np.int32)
+            take = np.asarray(take_l, dtype=np.int32)
+            cls = np.concatenate([w.node_class[nodes], [c for c, _ in gangs]]).astype(np.int64)
+            entry_bad = (take > free[node]) | w.node_draining[node]
+            bad = np.add.reduceat(entry_bad.astype(np.int64), offsets[:-1])
+            mask = (bad == 0) & allowed[cls]
+            spread = np.concatenate([np.zeros(len(nodes), bool), np.ones(len(gangs), bool)])
+        opts = Options(offsets, node, take, cls, spread, free, mask)
+        self._current = (j, opts)
+        return opts
+
+    def _gang(self, j: int, c: int, k: int) -> tuple[int, list[tuple[int, int]]] | None:
+        """Greedy spread over class-`c` servers, most idle first; offered only when no
+        single class-`c` server has `k` idle GPUs and the spread rate was measured."""
+        w, idle = self.world, self.state.idle
+        up = w.class_nodes_up[c]
+        if len(up) < 2 or int(w.node_gpus[up].sum()) < k or (idle[up] >= k).any():
+            return None
+        if not w.spread_rate[self.jobs.type_idx[j], self._sf[j], c] > 0:
+            return None
+        order = up[np.lexsort((up, -idle[up]))]
+        take = {int(n): 0 for n in order}
+        left = k
+        for n in order:
+            t = min(int(idle[n]), left)
+            take[int(n)], left = t, left - t
+        for n in order:  # not enough idle GPUs: over-ask (capacity fires), never invent room
+            if left == 0:
+                break
+            t = min(int(w.node_gpus[n]) - take[int(n)], left)
+            take[int(n)], left = take[int(n)] + t, left - t
+        entries = [(n, t) for n, t in take.items() if t > 0]
+        return (c, entries) if len(entries) >= 2 else None
+
+    def apply(self, j: int, option: int) -> bool:
+        """Place job `j` (the head of the queue) on `option`, or defer it (`DEFER`).
+
+        Returns True when placed. An infeasible option is not placed (the job
+        waits, as for a defer); the caller records its constraint signals.
+        """
+        s = self.state
+        if not s.queue or s.queue[0] != j:
+            raise RuntimeError(f"job {j} is not the pending decision")
+        opts = self.options(j)
+        s.queue.pop(0)
+        s.requests[j] += 1
+        s.attempts[j] += 1
+        self._current = None
+        if option == DEFER or not 0 <= option < opts.n or not opts.mask[option]:
+            return False
+        s.speed[j] = self.randomness.speed[j]
+        lo, hi = int(opts.offsets[option]), int(opts.offsets[option + 1])
+        c, spread = int(opts.cls[option]), bool(opts.spread[option])
+        gpus: list[int] = []
+        shareable = self._shareable(j) if self.jobs.gpus[j] == 1 else None
+        for e in range(lo, hi):
+            n, t = int(opts.node[e]), int(opts.take[e])
+            span = np.arange(int(self.world.gpu_start[n]), int(self.world.gpu_start[n + 1]))
+            idle = span[s.occ[span, 0] < 0]
+            if len(idle) >= t:
+                gpus += [int(g) for g in idle[:t]]
+            else:  # single-GPU job sharing: the GPU whose tenant lets it run fastest
+                assert shareable is not None
+                cand = span[shareable[span] == 1]
+                best = max(cand, key=lambda g: self._pair_rate(j, int(s.occ[g, 0]), c))
+                gpus.append(int(best))
+        self._start(j, gpus, c, spread)
+        return True
+
+    # ---------------------------------------------------------------- events
+    def _advance(self) -> bool:
+        """Process the next event; False when none is left."""
+        s, jobs = self.state, self.jobs
+        run = np.flatnonzero(s.status == RUNNING)
+        t_fin, first = math.inf, -1
+        if len(run):
+            ttf = s.remaining[run] / s.rate[run]
+            i = int(np.argmin(ttf))
+            t_fin, first = s.time + float(ttf[i]), int(run[i])
+        t_arr = float(jobs.arrival_s[s.next_arrival]) if s.next_arrival < jobs.n else math.inf
+        if math.isinf(t_fin) and math.isinf(t_arr):
+            return False
+        t_next = min(t_fin, t_arr)
+        if len(run):
+            s.remaining[run] = np.maximum(s.remaining[run] - s.rate[run] * (t_next - s.time), 0.0)
+        s.time = t_next
+        if t_fin <= t_arr:
+            self._finish(first)
+        else:
+            s.status[s.next_arrival] = WAITING
+            s.next_arrival += 1
+        s.queue = [int(x) for x in np.flatnonzero(s.status == WAITING)]
+        self._current = None
+        return True
+
+    def next_decision(
+        self, until_done: int | None = None, on_forced: Callable[[int], None] | None = None
+    ) -> int | None:
+        """Advance to the next request with a feasible option and return its job.
+
+        Requests with none are deferred on the spot (counted in `requests`;
+        `on_forced` sees each one first). Returns None when the episode is
+        over, or once job `until_done` has finished (a fork rolls forward only
+        as far as its reward needs).
+        """
+        s = self.state
+        stalled = False
+        while True:
+            if until_done is not None and s.status[until_done] == DONE:
+                return None
+            while s.queue:
+                j = s.queue[0]
+                # Placements only take capacity away: a request found infeasible
+                # stays so until the next completion; it is not enumerated again.
+                if s.infeasible_at[j] != s.completions:
+                    if self.options(j).mask.any():
+                        return j
+                    s.infeasible_at[j] = s.completions
+                if on_forced is not None:
+                    on_forced(j)
+                s.queue.pop(0)
+                s.requests[j] += 1
+                self._current = None
+            if self._advance():
+                stalled = False
+                continue
+            waiting = [int(x) for x in np.flatnonzero(s.status == WAITING)]
+            if not waiting:
+                return None
+            if stalled:
+                raise RuntimeError(f"jobs {waiting} can never be placed: nothing runs or arrives")
+            s.queue, stalled = waiting, True
+
+    def settled_finish(self, j: int) -> float | None:
+        """Job `j`'s finish time if nothing can change its rate any more, else None.
+
+        A running job's rate changes only when a job shares its GPU or leaves
+        it, which needs a single-GPU job and packing; otherwise its finish is
+        ``now + remaining / rate`` and a fork need not roll further.
+        """
+        s = self.state
+        if s.status[j] == DONE:
+            return float(s.finish[j])
+        if s.status[j] != RUNNING or (self.world.scenario.packing and self.jobs.gpus[j] == 1):
+            return None
+        return float(s.time + s.remaining[j] / s.rate[j])
+
+    @property
+    def pending(self) -> int | None:
+        """The job at the head of the queue (its request is the current decision)."""
+        return self.state.queue[0] if self.state.queue else None
+
+    @property
+    def done(self) -> bool:
+        """Whether every job has finished."""
+        return bool((self.state.status == DONE).all())

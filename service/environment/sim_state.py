@@ -1,0 +1,120 @@
+"""The simulator's state types: keyed randomness, the options of a request, the mutable state.
+
+Job status codes: ``FUTURE`` (not arrived), ``WAITING`` (arrived, not placed),
+``RUNNING``, ``DONE``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+FUTURE, WAITING, RUNNING, DONE = 0, 1, 2, 3
+UNIFORMS_PER_JOB = 16
+"""Keyed uniforms per job; decision attempts beyond this reuse them cyclically."""
+
+
+@dataclass(frozen=True, eq=False)
+class Randomness:
+    """One world's exogenous randomness for an episode.
+
+    Attributes:
+        speed: float64 ``(n_jobs,)``: multiplier on a job's rates, ``1/eps`` with
+            ``eps ~ LogNormal(-sigma^2/2, sigma)`` so that E[run time] is the
+            measured run time.
+        uniform: float64 ``(n_jobs, UNIFORMS_PER_JOB)``: for the emulator's draws.
+    """
+
+    speed: NDArray[np.float64]
+    uniform: NDArray[np.float64]
+
+    @staticmethod
+    def draw(seed: tuple[int, ...], n_jobs: int, sigma: float) -> Randomness:
+        """The world of `seed`; same seed, same world."""
+        rng = np.random.default_rng(np.random.SeedSequence(list(seed)))
+        eps = (
+            rng.lognormal(-0.5 * sigma * sigma, sigma, size=n_jobs)
+            if sigma > 0
+            else np.ones(n_jobs)
+        )
+        return Randomness(speed=1.0 / eps, uniform=rng.random((n_jobs, UNIFORMS_PER_JOB)))
+
+
+@dataclass(frozen=True, eq=False)
+class Options:
+    """The placements offered to one request (CSR over node entries, as the contract's).
+
+    Attributes:
+        offsets: int64 ``(n_options + 1,)``.
+        node: int32 ``(n_entries,)`` node index per entry.
+        take: int32 ``(n_entries,)`` GPUs taken on that node.
+        cls: int64 ``(n_options,)`` class of each option.
+        spread: bool ``(n_options,)`` True for a multi-server gang.
+        free: int64 ``(n_nodes,)`` GPUs this request could take per node (idle,
+            plus GPUs it could share when it is single-GPU).
+        mask: bool ``(n_options,)`` feasibility (equals the contract's, tested).
+    """
+
+    offsets: NDArray[np.int64]
+    node: NDArray[np.int32]
+    take: NDArray[np.int32]
+    cls: NDArray[np.int64]
+    spread: NDArray[np.bool_]
+    free: NDArray[np.int64]
+    mask: NDArray[np.bool_]
+
+    @property
+    def n(self) -> int:
+        """Number of options."""
+        return len(self.offsets) - 1
+
+
+@dataclass(eq=False)
+class SimState:
+    """Everything that changes; `copy` is a fork's cost (a dozen small arrays)."""
+
+    time: float
+    status: NDArray[np.int8]
+    remaining: NDArray[np.float64]
+    rate: NDArray[np.float64]
+    speed: NDArray[np.float64]
+    start: NDArray[np.float64]
+    finish: NDArray[np.float64]
+    cls_of: NDArray[np.int64]
+    spread: NDArray[np.bool_]
+    partner: NDArray[np.int64]
+    gpus_of: NDArray[np.int64]
+    occ: NDArray[np.int64]
+    attempts: NDArray[np.int64]
+    requests: NDArray[np.int64]
+    idle: NDArray[np.int64]
+    infeasible_at: NDArray[np.int64]
+    next_arrival: int
+    completions: int
+    queue: list[int]
+
+    def copy(self) -> SimState:
+        """A deep copy."""
+        return SimState(
+            time=self.time,
+            status=self.status.copy(),
+            remaining=self.remaining.copy(),
+            rate=self.rate.copy(),
+            speed=self.speed.copy(),
+            start=self.start.copy(),
+            finish=self.finish.copy(),
+            cls_of=self.cls_of.copy(),
+            spread=self.spread.copy(),
+            partner=self.partner.copy(),
+            gpus_of=self.gpus_of.copy(),
+            occ=self.occ.copy(),
+            attempts=self.attempts.copy(),
+            requests=self.requests.copy(),
+            idle=self.idle.copy(),
+            infeasible_at=self.infeasible_at.copy(),
+            next_arrival=self.next_arrival,
+            completions=self.completions,
+            queue=list(self.queue),
+        )

@@ -1,0 +1,266 @@
+"""A scenario bound to the data: the static cluster, the rate tables, the job source.
+
+`World` is built once per scenario and shared by every episode and fork: it
+is immutable. `World.sample_episode` draws one episode's jobs (`EpisodeJobs`)
+from the scenario's Philly-derived trace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from service.contract import KNOWN_HARDWARE, HardwareClass, Workload, WorkloadKind
+from service.environment.data import (
+    SCALE_FACTORS,
+    ThroughputTable,
+    Trace,
+    load_throughputs,
+    load_trace,
+    machine_shape,
+    philly_surge_factor,
+)
+from service.environment.scenario import Scenario
+
+MAX_GPUS_PER_JOB = max(SCALE_FACTORS)
+EPOCH_S = 1_504_483_200.0
+"""Unix time of episode time 0 (2017-09-04, the start of the Philly trace), for `request_time`."""
+
+
+@dataclass(frozen=True, eq=False)
+class EpisodeJobs:
+    """The jobs of one episode, in arrival order; arrays have shape ``(n_jobs,)``.
+
+    Background jobs (the fragmented scenario's GPUs busy at time 0) come first,
+    run from time 0 and are never decisions; the rest arrive as requests.
+
+    Attributes:
+        type_idx: index into `World.table.job_types`.
+        gpus: GPUs requested.
+        steps: total training steps (from the trace).
+        remaining0: steps left at time 0 (< steps only for background jobs).
+        arrival_s: arrival, seconds from episode start.
+        slo_s: deadline from arrival, seconds.
+        background: True for background jobs.
+        trace_row: row of the job in the (filtered) trace, for provenance.
+    """
+
+    type_idx: NDArray[np.int64]
+    gpus: NDArray[np.int64]
+    steps: NDArray[np.float64]
+    remaining0: NDArray[np.float64]
+    arrival_s: NDArray[np.float64]
+    slo_s: NDArray[np.float64]
+    background: NDArray[np.bool_]
+    trace_row: NDArray[np.int64]
+
+    @property
+    def n(self) -> int:
+        """Jobs including background ones."""
+        return len(self.type_idx)
+
+    @property
+    def n_background(self) -> int:
+        """Background jobs (indices ``0 .. n_background - 1``)."""
+        return int(self.background.sum())
+
+
+class World:
+    """Scenario + data: node layout, per-class rates (degradation applied), the usable trace.
+
+    Attributes (arrays indexed by node ``(n_nodes,)``, GPU ``(n_gpus,)`` or class):
+        classes: contract `HardwareClass` per class present, datasheet numbers
+            (a degraded class keeps its datasheet: the slowdown is hidden).
+        node_class, node_gpus, node_cpu, node_memory_gb, node_draining: per node.
+        gpu_start: int64 ``(n_nodes + 1,)``: node i owns GPUs ``gpu_start[i]:gpu_start[i+1]``.
+        cons_rate, spread_rate: ``(n_types, len(SCALE_FACTORS), n_classes)`` steps/s,
+            NaN = not measured, 0 = cannot run; degradation applied.
+        pair_rate: ``(n_types, n_types, n_classes)`` single-GPU shared rates.
+        allowed: ``(n_types, len(SCALE_FACTORS), n_classes)`` bool, consolidated rate > 0.
+        time_scale: multiplier on trace inter-arrival gaps (surge applied).
+        noise_sigma: log-sd of a job's speed multiplier.
+    """
+
+    def __init__(self, scenario: Scenario, data_root: str | None = None) -> None:
+        scenario.validate()
+        self.scenario = scenario
+        self.table: ThroughputTable = load_throughputs(data_root)
+        self.trace_full: Trace = load_trace(scenario.trace_vc, data_root)
+        names = tuple(dict.fromkeys(g.hardware for g in scenario.nodes))
+        self.classes: tuple[HardwareClass, ...] = tuple(KNOWN_HARDWARE[n] for n in names)
+        node_class, node_gpus, cpu, mem = [], [], [], []
+        for g in scenario.nodes:
+            shape = machine_shape(g.machine, data_root)
+            for _ in range(g.count):
+                node_class.append(names.index(g.hardware))
+                node_gpus.append(shape.gpus)
+                cpu.append(shape.cpu_cores)
+                mem.append(shape.memory_gb)
+        self.node_class = np.asarray(node_class, dtype=np.int64)
+        self.node_gpus = np.asarray(node_gpus, dtype=np.int64)
+        self.node_cpu = np.asarray(cpu, dtype=np.float64)
+        self.node_memory_gb = np.asarray(mem, dtype=np.float64)
+        self.node_draining = np.zeros(len(node_class), dtype=bool)
+        self.node_draining[list(scenario.draining)] = True
+        self.gpu_start = np.concatenate([[0], np.cumsum(self.node_gpus)]).astype(np.int64)
+        self.gpu_node = np.repeat(np.arange(len(node_class)), self.node_gpus)
+        self.nodes_fitting = {
+            k: np.flatnonzero(self.node_gpus >= k) for k in SCALE_FACTORS
+        }  # servers that could ever hold k GPUs of one job
+        self.class_nodes_up = [
+            np.flatnonzero((self.node_class == c) & ~self.node_draining) for c in range(len(names))
+        ]
+        self.node_ids = tuple(
+            f"{self.classes[c].name.lower()}-{i}" for i, c in enumerate(node_class)
+        )
+
+        cols = [self.table.class_index(n) for n in names]
+        degrade = np.array([scenario.degrade.get(n, 1.0) for n in names])
+        self.measured_cons = self.table.isolated[:, :, cols, 1]
+        self.cons_rate = self.measured_cons * degrade
+        self.spread_rate = self.table.isolated[:, :, cols, 0] * degrade
+        self.pair_rate = self.table.pair[:, :, cols] * degrade
+        self.allowed = np.nan_to_num(self.cons_rate) > 0
+        surge = philly_surge_factor(root=data_root) if scenario.surge else 1.0
+        self.surge_factor = surge
+        self.time_scale = scenario.arrival_time_scale / surge
+        self.noise_sigma = (
+            self.table.noise_sigma() if scenario.noise_sigma is None else scenario.noise_sigma
+        )
+        self._usable = self._placeable_rows()
+        self.dropped_unplaceable = int((~self._usable).sum())
+        self._rows = np.flatnonzero(self._usable)
+        if len(self._rows) < scenario.jobs_per_episode:
+            raise ValueError(
+                f"trace {scenario.trace_vc} has {len(self._rows)} placeable jobs, "
+                f"fewer than jobs_per_episode={scenario.jobs_per_episode}"
+            )
+
+    @property
+    def n_nodes(self) -> int:
+        """Servers."""
+        return len(self.node_class)
+
+    @property
+    def n_classes(self) -> int:
+        """Hardware classes present."""
+        return len(self.classes)
+
+    @property
+    def max_options(self) -> int:
+        """Most options a request can have: one per node plus one spread gang per class."""
+        return self.n_nodes + self.n_classes
+
+    def _placeable_rows(self) -> NDArray[np.bool_]:
+        """Trace rows some option of this cluster could ever run (empty cluster, no drain)."""
+        t = self.trace_full
+        types = np.array([self.table.type_index(x) for x in t.job_type], dtype=np.int64)
+        sf = np.searchsorted(SCALE_FACTORS, t.gpus)
+        up = ~self.node_draining
+        ok = np.zeros(len(types), dtype=bool)
+        for c in range(self.n_classes):
+            on_c = up & (self.node_class == c)
+            biggest = int(self.node_gpus[on_c].max()) if on_c.any() else 0
+            cons_ok = (np.nan_to_num(self.cons_rate[types, sf, c]) > 0) & (t.gpus <= biggest)
+            spread_ok = (
+                (np.nan_to_num(self.spread_rate[types, sf, c]) > 0)
+                & (t.gpus <= int(self.node_gpus[on_c].sum()))
+                & (on_c.sum() >= 2)
+                & (t.gpus >= 2)
+            )
+            ok |= cons_ok | spread_ok
+        return ok
+
+    def sample_episode(self, rng: np.random.Generator) -> EpisodeJobs:
+        """A window of consecutive placeable trace jobs, gaps scaled, plus background jobs."""
+        n = self.scenario.jobs_per_episode
+        t = self.trace_full
+        start = int(rng.integers(0, len(self._rows) - n + 1))
+        rows = self._rows[start : start + n]
+        arrival = (t.arrival_s[rows] - t.arrival_s[rows[0]]) * self.time_scale
+        types = np.array([self.table.type_index(t.job_type[r]) for r in rows], dtype=np.int64)
+        gpus = t.gpus[rows].astype(np.int64)
+        steps = t.total_steps[rows].astype(np.float64)
+
+        n_bg = self._background_count()
+        singles = self._rows[t.gpus[self._rows] == 1]
+        bg_rows = rng.choice(singles, size=n_bg) if n_bg else np.zeros(0, dtype=np.int64)
+        bg_types = np.array([self.table.type_index(t.job_type[r]) for r in bg_rows], dtype=np.int64)
+        bg_steps = t.total_steps[bg_rows].astype(np.float64)
+        bg_left = bg_steps * rng.uniform(0.0, 1.0, size=n_bg)
+
+        all_types = np.concatenate([bg_types, types])
+        all_gpus = np.concatenate([np.ones(n_bg, dtype=np.int64), gpus])
+        all_steps = np.concatenate([bg_steps, steps])
+        return EpisodeJobs(
+            type_idx=all_types,
+            gpus=all_gpus,
+            steps=all_steps,
+            remaining0=np.concatenate([bg_left, steps]),
+            arrival_s=np.concatenate([np.zeros(n_bg), arrival]),
+            slo_s=self.slo(all_types, all_gpus, all_steps),
+            background=np.concatenate([np.ones(n_bg, dtype=bool), np.zeros(n, dtype=bool)]),
+            trace_row=np.concatenate([bg_rows, rows]).astype(np.int64),
+        )
+
+    def _background_count(self) -> int:
+        return int(sum(self.background_per_node()))
+
+    def background_per_node(self) -> list[int]:
+        """GPUs per node held by background jobs at time 0 (none on draining nodes)."""
+        f = self.scenario.background_fraction
+        return [
+            0 if self.node_draining[i] else round(f * int(g)) for i, g in enumerate(self.node_gpus)
+        ]
+
+    def slo(
+        self, types: NDArray[np.int64], gpus: NDArray[np.int64], steps: NDArray[np.float64]
+    ) -> NDArray[np.float64]:
+        """SLO = slo_factor x steps / fastest *measured* consolidated rate among present classes.
+
+        Measured, not degraded: deadlines are set from the datasheet-era
+        measurements, unaware of a hidden slowdown.
+        """
+        sf = np.searchsorted(SCALE_FACTORS, gpus)
+        best = np.nanmax(
+            np.where(self.measured_cons[types, sf] > 0, self.measured_cons[types, sf], np.nan),
+            axis=1,
+        )
+        best = np.where(
+            np.isfinite(best), best, np.nanmax(np.nan_to_num(self.spread_rate[types, sf]), axis=1)
+        )
+        out: NDArray[np.float64] = self.scenario.slo_factor * steps / best
+        return out
+
+    def workload(self, jobs: EpisodeJobs, j: int, workload_id: str) -> Workload:
+        """The contract `Workload` of job `j`.
+
+        ``model_family`` is the Gavel job type (model and batch size); the
+        trace has no model size, memory, CPU, priority or tenant beyond the VC,
+        so those are 0 / the VC rather than made up.
+        """
+        k = int(jobs.gpus[j])
+        sf = SCALE_FACTORS.index(k)
+        allowed = frozenset(
+            self.classes[c].name
+            for c in range(self.n_classes)
+            if self.allowed[jobs.type_idx[j], sf, c]
+        )
+        return Workload(
+            workload_id=workload_id,
+            kind=WorkloadKind.TRAIN,
+            model_family=self.table.job_types[int(jobs.type_idx[j])],
+            model_size_b=0.0,
+            accelerators=k,
+            accelerator_memory_gb=0.0,
+            cpu_per_node=0.0,
+            memory_per_node_gb=0.0,
+            gang_size=1,
+            priority=0,
+            tenant=self.scenario.trace_vc,
+            slo_seconds=float(jobs.slo_s[j]),
+            work_units=float(jobs.steps[j]),
+            allowed_hardware=allowed,
+        )

@@ -1,0 +1,175 @@
+"""The walking skeleton end to end: mirror -> journal -> scorer -> PostgreSQL.
+
+Real servers on loopback, the real embedded PostgreSQL, the committed ONNX
+policies and the baselines. Replays recompute logged decisions from the stored
+raw request with the same code.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+import httpx
+import numpy as np
+import pytest
+
+from service.app import Service
+from service.contract import MirrorRequest
+from service.policies.base import Policy, PolicyDecisions, ScoringBatch
+from service.policies.baselines import FirstFit, LeastLoaded
+from service.policies.registry import Registry
+from service.replay import replay_decision
+from service.storage import count_decisions, count_requests, start_embedded, stop_embedded, upgrade
+from service.transport.http.convert import mirror_to_json
+from service.wire.convert import mirror_request_to_pb
+from service.wire.understudy.v1 import shadow_pb2, shadow_pb2_grpc
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.05)
+
+
+def mirror_all(service: Service, token: str, requests: list[MirrorRequest], tag: str) -> list[str]:
+    """Mirror each request over unary, stream and HTTP; return the accepted ids."""
+    auth = (("authorization", f"Bearer {token}"),)
+    ids: list[str] = []
+    with grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        stub = shadow_pb2_grpc.ShadowEvaluationStub(channel)  # type: ignore[no-untyped-call]
+        for i, r in enumerate(requests):
+            msg = mirror_request_to_pb(r)
+            msg.request_id = f"{tag}-u{i}"
+            assert stub.Mirror(msg, metadata=auth).status == shadow_pb2.ACK_STATUS_ACCEPTED
+            ids.append(msg.request_id)
+        envelopes = []
+        for i, r in enumerate(requests):
+            msg = mirror_request_to_pb(r)
+            msg.request_id = f"{tag}-s{i}"
+            envelopes.append(shadow_pb2.MirrorStreamRequest(sequence=i + 1, request=msg))
+        last = list(stub.MirrorStream(iter(envelopes), metadata=auth))[-1]
+        assert last.accepted == len(requests)
+        ids += [e.request.request_id for e in envelopes]
+    with httpx.Client(
+        base_url=f"http://127.0.0.1:{service.http_port}",
+        headers={"authorization": f"Bearer {token}"},
+    ) as http:
+        for i, r in enumerate(requests):
+            body = mirror_to_json(r).replace(r.request_id.encode(), f"{tag}-h{i}".encode())
+            assert http.post("/v1/mirror", content=body).json()["status"] == "accepted"
+            ids.append(f"{tag}-h{i}")
+    return ids
+
+
+def test_every_request_is_logged_once_with_every_policys_decision(
+    make_service: Callable[..., Service],
+    runtime_token: str,
+    requests_sample: list[MirrorRequest],
+) -> None:
+    service = make_service()
+    assert service.engine is not None and service.policies is not None
+    engine, policies = service.engine, service.policies.policies
+    n_policies = len(policies)
+    assert {"gavel-scorer", "throughput-greedy", "production-mirror"} <= set(policies)
+    ids = mirror_all(service, runtime_token, requests_sample[:8], "e2e")
+    wait_until(lambda: count_decisions(engine) == len(ids) * n_policies)
+    assert count_requests(engine) == len(ids)
+
+    value = service.metrics.registry.get_sample_value
+    for name in policies:
+        logged = count_decisions(engine, name)
+        assert logged == len(ids), name
+        counted = sum(
+            value("understudy_decisions_total", {"policy": name, "status": s}) or 0.0
+            for s in ("ok", "error", "timeout", "all_infeasible")
+        )
+        assert counted == logged, name
+        for status in ("ok", "error", "all_infeasible"):
+            assert (
+                value("understudy_decisions_total", {"policy": name, "status": status}) or 0
+            ) == (count_decisions(engine, name, status=status)), (name, status)
+
+    for request_id in ids[::5]:
+        for policy in policies.values():
+            result = replay_decision(engine, request_id, policy)
+            assert result.matches, (request_id, policy.name, result)
+
+
+class BlockingPolicy:
+    """First-fit that blocks in `decide` until the test releases it."""
+
+    name = "blocking"
+    version = "test-1"
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.entered = threading.Event()
+        self._inner = FirstFit()
+
+    def decide(self, batch: ScoringBatch, rng: np.random.Generator) -> PolicyDecisions:
+        self.entered.set()
+        assert self.release.wait(60), "the test never released the policy"
+        return self._inner.decide(batch, rng)
+
+
+def test_acks_never_wait_for_scoring(
+    make_service: Callable[..., Service],
+    runtime_token: str,
+    requests_sample: list[MirrorRequest],
+) -> None:
+    blocking = BlockingPolicy()
+    policies: dict[str, Policy] = {"blocking": blocking, "least-loaded": LeastLoaded()}
+    service = make_service(policies=Registry(policies=policies, predictors={}))
+    assert service.engine is not None
+    try:
+        ids = mirror_all(service, runtime_token, requests_sample[:10], "blk")
+        assert blocking.entered.wait(10)
+        assert count_decisions(service.engine) == 0
+        assert count_requests(service.engine) == 0
+        assert service.journal.depth_records("scorer") == len(ids)
+    finally:
+        blocking.release.set()
+    wait_until(lambda: count_decisions(service.engine) == len(ids) * 2)  # type: ignore[arg-type]
+    assert count_requests(service.engine) == len(ids)
+
+
+@pytest.mark.slow
+def test_database_outage_keeps_acking_and_loses_nothing(
+    make_service: Callable[..., Service],
+    runtime_token: str,
+    requests_sample: list[MirrorRequest],
+    pg_dir: Path,
+) -> None:
+    server = start_embedded(pg_dir, stop_at_exit=False)
+    try:
+        upgrade(server.url())
+        service = make_service(
+            database_url=server.url(),
+            policies=Registry(policies={"least-loaded": LeastLoaded()}, predictors={}),
+        )
+        assert service.engine is not None and service.scorer is not None
+        engine = service.engine
+        before = mirror_all(service, runtime_token, requests_sample[:5], "pre")
+        wait_until(lambda: count_requests(engine) == len(before))
+
+        assert stop_embedded(pg_dir)
+        during = mirror_all(service, runtime_token, requests_sample[5:15], "out")
+        wait_until(lambda: not service.scorer.sink_healthy)  # type: ignore[union-attr]
+        assert service.journal.depth_records("scorer") == len(during)
+        ready = httpx.get(f"http://127.0.0.1:{service.http_port}/readyz")
+        assert ready.status_code == 503
+        assert {c["name"] for c in ready.json()["checks"] if not c["ok"]} >= {"database"}
+
+        start_embedded(pg_dir, stop_at_exit=False)
+        wait_until(lambda: service.journal.depth_records("scorer") == 0, timeout=60)
+        assert count_requests(engine) == len(before) + len(during)
+        assert count_decisions(engine) == len(before) + len(during)
+        assert httpx.get(f"http://127.0.0.1:{service.http_port}/readyz").status_code == 200
+    finally:
+        stop_embedded(pg_dir)
