@@ -1,11 +1,12 @@
-"""`understudy demo` at the foundation stage: the ingest loop a newcomer can watch.
+"""`understudy demo`: the loop a newcomer can watch, on real components.
 
-Starts the real service (gRPC + HTTP on loopback, journal on disk), mirrors
-sample requests built from ``../shared/data`` over all three paths (gRPC
-unary, the gRPC stream, HTTP), sends a few malformed ones to show how they
-are refused, and prints what the service accepted, shed and rejected next to
-what its journal holds. Later stages replace the sample traffic with the
-simulator's production emulator.
+Starts the real service (gRPC + HTTP on loopback, journal on disk, embedded
+PostgreSQL, the committed ONNX policies and the baselines), mirrors sample
+requests built from ``../shared/data`` over all three paths (gRPC unary, the
+gRPC stream, HTTP), sends a few malformed ones to show how they are refused,
+waits for the scorer to log every counterfactual decision, and prints what was
+acked and what each policy decided. Later stages replace the sample traffic
+with the simulator's production emulator and its delayed outcomes.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from service.app import build_service
+from service.app import Service, build_service
 from service.auth import token_digest
 from service.pipeline.journal import read_all
 from service.pipeline.journal_format import RecordKind
 from service.samples import sample_requests
 from service.settings import Settings
+from service.storage import count_requests, policy_summaries, stop_embedded
 from service.transport.http.convert import mirror_to_json
 from service.wire.convert import mirror_request_to_pb
 from service.wire.understudy.v1 import contract_pb2, shadow_pb2, shadow_pb2_grpc
@@ -81,10 +83,13 @@ def run_demo(requests: int, data_dir: str, console: Console) -> None:
                 http.post("/v1/mirror", content=mirror_to_json(request))
                 progress.advance(task)
             refusals = _send_bad_inputs(stub, http, metadata, samples[0])
-    finally:
+        _wait_for_log(service, console)
         elapsed = time.perf_counter() - started
+        _report(console, service, settings, refusals, elapsed)
+    finally:
         service.stop()
-    _report(console, service, settings, refusals, elapsed)
+        if service.embedded_db is not None:
+            stop_embedded(root / "postgres")
 
 
 def _send_bad_inputs(
@@ -108,15 +113,20 @@ def _send_bad_inputs(
     return refusals
 
 
+def _wait_for_log(service: Service, console: Console, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    with console.status("scoring and logging every decision"):
+        while service.journal.depth_records("scorer") > 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
 def _report(
     console: Console,
-    service: object,
+    service: Service,
     settings: Settings,
     refusals: list[tuple[str, str]],
     elapsed: float,
 ) -> None:
-    from service.app import Service
-
     assert isinstance(service, Service)
     table = Table("transport", "accepted", "shed", "rejected", title="What the service acked")
     registry = service.metrics.registry
@@ -143,7 +153,40 @@ def _report(
     for code, message in refusals:
         refused.add_row(code, message)
     console.print(refused)
+    if service.engine is not None:
+        _report_decisions(console, service)
+
+
+def _report_decisions(console: Console, service: Service) -> None:
+    assert service.engine is not None
+    table = Table(
+        "policy",
+        "version",
+        "n",
+        "ok",
+        "none feasible",
+        "error",
+        "agrees w/ prod",
+        "fav. masked",
+        "us/dec",
+        title=f"Counterfactual decisions in the log ({count_requests(service.engine)} requests)",
+    )
+    for s in policy_summaries(service.engine):
+        agreement = f"{s.agreement:.0%}" if s.agreement is not None else "n/a"
+        table.add_row(
+            s.policy,
+            s.version,
+            str(s.decisions),
+            str(s.ok),
+            str(s.all_infeasible),
+            str(s.errors),
+            agreement,
+            str(s.infeasible_favourites),
+            f"{s.mean_latency_us:.0f}",
+        )
+    console.print(table)
     console.print(
-        "Next stages score these with every candidate policy and log the decisions "
-        "to PostgreSQL (issues 3-4)."
+        "Nothing was sent back to Runtime: acks carry only accepted/shed/rejected. "
+        "Replay any decision: `understudy replay --request-id ID --policy NAME` "
+        "(with UNDERSTUDY_DATA_DIR=out/demo)."
     )

@@ -70,6 +70,7 @@ from service.storage.rows import (
     SnapshotRow,
     WriteResult,
 )
+from service.storage.summaries import PolicySummary, policy_summaries
 from service.storage.writer import DecisionLogWriter
 
 __all__ = [
@@ -87,6 +88,7 @@ __all__ = [
     "PartitionKeeper",
     "PendingOutcome",
     "PolicyRow",
+    "PolicySummary",
     "RequestRow",
     "SnapshotRow",
     "WriteResult",
@@ -112,6 +114,7 @@ __all__ = [
     "open_database",
     "outcome_row",
     "pending_outcomes",
+    "policy_summaries",
     "rejoin_pending",
     "reused_request_ids",
     "rows_from",
