@@ -116,7 +116,7 @@ class World:
             f"{self.classes[c].name.lower()}-{i}" for i, c in enumerate(node_class)
         )
 
-        cols = [self.table.class_index(n) for n in names]
+        cols = self._class_cols = [self.table.class_index(n) for n in names]
         degrade = np.array([scenario.degrade.get(n, 1.0) for n in names])
         self.measured_cons = self.table.isolated[:, :, cols, 1]
         self.cons_rate = self.measured_cons * degrade
@@ -224,14 +224,11 @@ class World:
         measurements, unaware of a hidden slowdown.
         """
         sf = np.searchsorted(SCALE_FACTORS, gpus)
-        best = np.nanmax(
-            np.where(self.measured_cons[types, sf] > 0, self.measured_cons[types, sf], np.nan),
-            axis=1,
-        )
-        best = np.where(
-            np.isfinite(best), best, np.nanmax(np.nan_to_num(self.spread_rate[types, sf]), axis=1)
-        )
-        out: NDArray[np.float64] = self.scenario.slo_factor * steps / best
+        best = np.nan_to_num(self.measured_cons[types, sf]).max(axis=1)
+        spread = np.nan_to_num(self.table.isolated[types, sf][:, self._class_cols, 0]).max(axis=1)
+        best = np.where(best > 0, best, spread)  # only a spread rate measured: use it
+        with np.errstate(divide="ignore"):  # nothing measured at all: no deadline (inf)
+            out: NDArray[np.float64] = self.scenario.slo_factor * steps / best
         return out
 
     def workload(self, jobs: EpisodeJobs, j: int, workload_id: str) -> Workload:
@@ -260,7 +257,7 @@ class World:
             gang_size=1,
             priority=0,
             tenant=self.scenario.trace_vc,
-            slo_seconds=float(jobs.slo_s[j]),
+            slo_seconds=float(jobs.slo_s[j]) if np.isfinite(jobs.slo_s[j]) else None,
             work_units=float(jobs.steps[j]),
             allowed_hardware=allowed,
         )
