@@ -23,7 +23,14 @@ from service.policies.base import Policy, PolicyDecisions, ScoringBatch
 from service.policies.baselines import FirstFit, LeastLoaded
 from service.policies.registry import Registry
 from service.replay import replay_decision
-from service.storage import count_decisions, count_requests, start_embedded, stop_embedded, upgrade
+from service.storage import (
+    count_decisions,
+    count_requests,
+    policy_summaries,
+    start_embedded,
+    stop_embedded,
+    upgrade,
+)
 from service.transport.http.convert import mirror_to_json
 from service.wire.convert import mirror_request_to_pb
 from service.wire.understudy.v1 import shadow_pb2, shadow_pb2_grpc
@@ -94,6 +101,16 @@ def test_every_request_is_logged_once_with_every_policys_decision(
             assert (
                 value("understudy_decisions_total", {"policy": name, "status": status}) or 0
             ) == (count_decisions(engine, name, status=status)), (name, status)
+
+    summaries = {s.policy: s for s in policy_summaries(engine)}
+    assert set(summaries) == set(policies)
+    for name, summary in summaries.items():
+        assert summary.decisions == count_decisions(engine, name)
+        assert summary.ok + summary.errors + summary.timeouts + summary.all_infeasible == len(ids)
+        flagged = value("understudy_raw_favourite_infeasible_total", {"policy": name}) or 0.0
+        assert summary.infeasible_favourites == flagged, name
+    mirror = summaries["production-mirror"]
+    assert mirror.compared > 0 and mirror.agreed == mirror.compared
 
     for request_id in ids[::5]:
         for policy in policies.values():
