@@ -1,0 +1,144 @@
+"""One stream lane: a bounded buffer of sequenced messages and their ack state.
+
+Two lanes per client (mirrors, outcomes) share nothing but the channel. The
+lane is pure bookkeeping under one lock, so the caller's `offer` costs a lock
+and a deque append; the network lives in `MirrorClient`'s thread.
+
+Sequence numbers are per lane and never reused. A message stays in the lane
+from `offer` until a cumulative ack covers it; after a broken stream every
+unacked message is sent again, in order, on the next stream (the service
+deduplicates by request id downstream, so a resend never doubles a row).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+ACCEPTED, SHED, REJECTED = 1, 2, 3  # understudy.v1.AckStatus values
+
+
+@dataclass(frozen=True)
+class LaneStats:
+    """Counters of one lane; offered == delivered + dropped + in_flight at all times."""
+
+    offered: int
+    accepted: int
+    shed: int
+    rejected: int
+    dropped: int
+    in_flight: int
+    resent: int
+
+    @property
+    def delivered(self) -> int:
+        """Messages the service acknowledged, whatever it did with them."""
+        return self.accepted + self.shed + self.rejected
+
+
+class Lane:
+    """Bounded, sequenced, resendable buffer of one kind of message."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._cond = threading.Condition()
+        self._unsent: deque[tuple[int, Any, float]] = deque()
+        self._sent: deque[tuple[int, Any, float]] = deque()
+        self._not_accepted: dict[int, int] = {}
+        self._next_seq = 1
+        self._offered = self._accepted = self._shed = self._rejected = 0
+        self._dropped = self._resent = 0
+
+    def offer(self, message: Any) -> bool:
+        """Buffer `message`; False (and counted as dropped) when the buffer is full."""
+        with self._cond:
+            self._offered += 1
+            if len(self._unsent) + len(self._sent) >= self._capacity:
+                self._dropped += 1
+                return False
+            self._unsent.append((self._next_seq, message, time.monotonic()))
+            self._next_seq += 1
+            self._cond.notify()
+            return True
+
+    def next_to_send(self, timeout: float) -> tuple[int, Any] | None:
+        """The oldest unsent message (moved to sent), or None after `timeout`."""
+        with self._cond:
+            if not self._unsent:
+                self._cond.wait(timeout)
+            if not self._unsent:
+                return None
+            item = self._unsent.popleft()
+            self._sent.append((item[0], item[1], time.monotonic()))
+            return item[0], item[1]
+
+    def acknowledge(self, status: int, sequence: int) -> None:
+        """Apply one StreamAck: individual non-accepted marks, or a cumulative ack."""
+        with self._cond:
+            if status != ACCEPTED:
+                self._not_accepted[sequence] = status
+                return
+            while self._sent and self._sent[0][0] <= sequence:
+                seq = self._sent.popleft()[0]
+                fate = self._not_accepted.pop(seq, ACCEPTED)
+                if fate == SHED:
+                    self._shed += 1
+                elif fate == REJECTED:
+                    self._rejected += 1
+                else:
+                    self._accepted += 1
+            self._cond.notify_all()
+
+    def requeue_unacked(self) -> None:
+        """After a broken stream: everything sent but not acked goes out again first."""
+        with self._cond:
+            self._resent += len(self._sent)
+            self._unsent.extendleft(reversed(self._sent))
+            self._sent.clear()
+            self._not_accepted.clear()
+            self._cond.notify_all()
+
+    def oldest_unacked_age(self) -> float:
+        """Seconds the oldest sent-but-unacked message has waited (0 if none)."""
+        with self._cond:
+            return time.monotonic() - self._sent[0][2] if self._sent else 0.0
+
+    def wait_empty(self, timeout: float) -> bool:
+        """Block until every offered message is acked or dropped."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._unsent or self._sent:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            return True
+
+    def abandon(self) -> None:
+        """At close: count what could not be delivered as dropped."""
+        with self._cond:
+            self._dropped += len(self._unsent) + len(self._sent)
+            self._unsent.clear()
+            self._sent.clear()
+            self._cond.notify_all()
+
+    def wake(self) -> None:
+        """Wake a sender waiting for messages (used at shutdown)."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def stats(self) -> LaneStats:
+        """A consistent snapshot of the counters."""
+        with self._cond:
+            return LaneStats(
+                offered=self._offered,
+                accepted=self._accepted,
+                shed=self._shed,
+                rejected=self._rejected,
+                dropped=self._dropped,
+                in_flight=len(self._unsent) + len(self._sent),
+                resent=self._resent,
+            )
