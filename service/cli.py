@@ -98,13 +98,15 @@ def replay(
 
 @app.command()
 def demo(
-    requests: int = typer.Option(60, help="Sample requests to mirror."),
-    data_dir: str = typer.Option("out/demo", help="Where the demo keeps its journal."),
+    episodes: int = typer.Option(16, help="Simulated episodes (about 160 requests each)."),
+    duration: float = typer.Option(120.0, help="Seconds over which to spread the traffic."),
+    data_dir: str = typer.Option("out/demo", help="Where the demo keeps its journal and log."),
+    seed: int = typer.Option(0, help="Simulation seed."),
 ) -> None:
-    """Start the service, mirror sample requests built from ../shared/data, report."""
+    """Start the service; a simulated Runtime mirrors through the client; report."""
     from service.demo import run_demo
 
-    run_demo(requests=requests, data_dir=data_dir, console=console)
+    run_demo(episodes=episodes, duration_s=duration, data_dir=data_dir, console=console, seed=seed)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,15 @@
-"""`understudy demo`: the loop a newcomer can watch, on real components.
+"""`understudy demo`: the whole loop a newcomer can watch, on real components.
 
 Starts the real service (gRPC + HTTP on loopback, journal on disk, embedded
-PostgreSQL, the committed ONNX policies and the baselines), mirrors sample
-requests built from ``../shared/data`` over all three paths (gRPC unary, the
-gRPC stream, HTTP), sends a few malformed ones to show how they are refused,
-waits for the scorer to log every counterfactual decision, and prints what was
-acked and what each policy decided. Later stages replace the sample traffic
-with the simulator's production emulator and its delayed outcomes.
+PostgreSQL, the committed ONNX policies and the baselines). A simulated
+Runtime — the simulator's production emulator on the ``train`` scenario,
+built on the Gavel/Philly/PAI data — mirrors every placement request through
+the real `MirrorClient` and reports each job's outcome when the simulation
+says it completed; one episode in four mirrors *before* deciding, so
+production's choice arrives with the outcome. A live view shows ingest rate,
+journal depth, decisions per policy, agreement with production and outcomes
+joined. It ends with each candidate against production and leaves the
+decision log in ``out/demo`` for the next commands.
 """
 
 from __future__ import annotations
@@ -14,179 +17,138 @@ from __future__ import annotations
 import secrets
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import httpx
 from rich.console import Console
-from rich.progress import Progress
+from rich.live import Live
 from rich.table import Table
 
 from service.app import Service, build_service
 from service.auth import token_digest
-from service.pipeline.journal import read_all
-from service.pipeline.journal_format import RecordKind
-from service.samples import sample_requests
+from service.client import MirrorClient
+from service.contract import MirrorRequest, Outcome
+from service.demo_view import LiveView, _sum, closing_tables
+from service.environment import World, load_scenario, log_episode
 from service.settings import Settings
-from service.storage import count_requests, policy_summaries, stop_embedded
-from service.transport.http.convert import mirror_to_json
-from service.wire.convert import mirror_request_to_pb
-from service.wire.understudy.v1 import contract_pb2, shadow_pb2, shadow_pb2_grpc
+from service.storage import stop_embedded
+from service.wire.convert import mirror_request_to_pb, outcome_to_pb
+from service.wire.understudy.v1 import contract_pb2, shadow_pb2_grpc
 
 
-def run_demo(requests: int, data_dir: str, console: Console) -> None:
-    """Run the demo end to end and print a summary."""
+def simulated_runtime(episodes: int, seed: int) -> list[MirrorRequest | Outcome]:
+    """Every event the simulated Runtime sends, episode after episode, in time order."""
+    world = World(load_scenario("train"))
+    events: list[MirrorRequest | Outcome] = []
+    for episode in range(episodes):
+        log = log_episode(world, seed=seed, episode=episode, mirror_before=episode % 4 == 3)
+        events += log.events()
+    return events
+
+
+def _paced(events: list[MirrorRequest | Outcome], duration_s: float) -> Iterator[int]:
+    """Yield event indices, sleeping so the whole stream takes about `duration_s`."""
+    chunk = 25
+    pause = duration_s * chunk / max(len(events), 1)
+    for start in range(0, len(events), chunk):
+        yield from range(start, min(start + chunk, len(events)))
+        time.sleep(pause)
+
+
+def run_demo(
+    episodes: int, duration_s: float, data_dir: str, console: Console, seed: int = 0
+) -> None:
+    """Run the demo end to end and print what it found."""
     root = Path(data_dir)
     shutil.rmtree(root, ignore_errors=True)
     token = secrets.token_urlsafe(24)
     settings = Settings(
-        data_dir=root,
-        grpc_port=0,
-        http_port=0,
-        auth_tokens={token_digest(token): "runtime"},
+        data_dir=root, grpc_port=0, http_port=0, auth_tokens={token_digest(token): "runtime"}
     )
-    service = build_service(settings)
-    service.start()
-    service.wait_started()
+    with console.status("simulating Runtime's traffic (train scenario)"):
+        events = simulated_runtime(episodes, seed)
+    with console.status("starting the service, embedded PostgreSQL and policies"):
+        service = build_service(settings)
+        service.start()
+        service.wait_started()
     console.print(
-        f"[bold]Understudy[/] listening: gRPC 127.0.0.1:{service.grpc_port}, "
-        f"HTTP 127.0.0.1:{service.http_port}, journal {settings.resolved_journal_dir}"
+        f"[bold]Understudy[/] gRPC 127.0.0.1:{service.grpc_port}, "
+        f"HTTP 127.0.0.1:{service.http_port}, "
+        f"data in {root}/; {len(events)} events to mirror over ~{duration_s:.0f}s"
     )
-    requests_ = list(sample_requests(requests, seed=7))
-    samples = [mirror_request_to_pb(r) for r in requests_]
-    thirds = [samples[0::3], samples[1::3]]
-    http_requests = requests_[2::3]
-    metadata = (("authorization", f"Bearer {token}"),)
-    started = time.perf_counter()
     try:
-        with (
-            grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel,
-            httpx.Client(
-                base_url=f"http://127.0.0.1:{service.http_port}",
-                headers={"authorization": f"Bearer {token}"},
-            ) as http,
-            Progress(console=console) as progress,
-        ):
-            stub = shadow_pb2_grpc.ShadowEvaluationStub(channel)  # type: ignore[no-untyped-call]
-            task = progress.add_task("mirroring", total=len(samples))
-            for msg in thirds[0]:
-                stub.Mirror(msg, metadata=metadata)
-                progress.advance(task)
-            stream = (
-                shadow_pb2.MirrorStreamRequest(sequence=i + 1, request=m)
-                for i, m in enumerate(thirds[1])
-            )
-            for ack in stub.MirrorStream(stream, metadata=metadata):
-                if ack.status == shadow_pb2.ACK_STATUS_ACCEPTED:
-                    progress.update(task, completed=len(thirds[0]) + ack.accepted)
-            for request in http_requests:
-                http.post("/v1/mirror", content=mirror_to_json(request))
-                progress.advance(task)
-            refusals = _send_bad_inputs(stub, http, metadata, samples[0])
-        _wait_for_log(service, console)
-        elapsed = time.perf_counter() - started
-        _report(console, service, settings, refusals, elapsed)
+        _drive(service, token, events, duration_s, console)
+        _show_refusals(service, token, events, console)
+        accepted = _sum(service, "understudy_ingest_total", kind="mirror", result="accepted")
+        table, checks = closing_tables(service, accepted)
+        console.print(table)
+        for line in checks:
+            console.print(line)
+        console.print(
+            f"The decision log is left in {root}/ (UNDERSTUDY_DATA_DIR={root}). Try: "
+            f"`UNDERSTUDY_DATA_DIR={root} .venv/bin/understudy replay --request-id "
+            f"train-s{seed}-e0-j0-r0 --policy gavel-scorer`"
+        )
     finally:
         service.stop()
         if service.embedded_db is not None:
             stop_embedded(root / "postgres")
 
 
-def _send_bad_inputs(
-    stub: shadow_pb2_grpc.ShadowEvaluationStub,
-    http: httpx.Client,
-    metadata: tuple[tuple[str, str], ...],
-    good: contract_pb2.MirrorRequest,
-) -> list[tuple[str, str]]:
-    refusals = []
-    bad = contract_pb2.MirrorRequest()
-    bad.CopyFrom(good)
-    bad.state.accelerators_free[2] = -1
-    try:
-        stub.Mirror(bad, metadata=metadata)
-    except grpc.RpcError as exc:
-        refusals.append((f"gRPC {exc.code().name}", exc.details() or ""))
-    response = http.post("/v1/mirror", content=b'{"schema_version": 1, "request_id": "x"')
-    refusals.append((f"HTTP {response.status_code}", response.json()["message"]))
-    response = http.post("/v1/mirror", content=b"{}", headers={"authorization": "Bearer wrong"})
-    refusals.append((f"HTTP {response.status_code}", response.json()["message"]))
-    return refusals
-
-
-def _wait_for_log(service: Service, console: Console, timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    with console.status("scoring and logging every decision"):
-        while service.journal.depth_records("scorer") > 0 and time.monotonic() < deadline:
-            time.sleep(0.1)
-
-
-def _report(
-    console: Console,
+def _drive(
     service: Service,
-    settings: Settings,
-    refusals: list[tuple[str, str]],
-    elapsed: float,
+    token: str,
+    events: list[MirrorRequest | Outcome],
+    duration_s: float,
+    console: Console,
 ) -> None:
-    assert isinstance(service, Service)
-    table = Table("transport", "accepted", "shed", "rejected", title="What the service acked")
-    registry = service.metrics.registry
-    for transport in ("grpc", "grpc_stream", "http"):
-        row = [
-            registry.get_sample_value(
-                "understudy_ingest_total",
-                {"transport": transport, "kind": "mirror", "result": result},
-            )
-            or 0.0
-            for result in ("accepted", "shed", "rejected")
-        ]
-        table.add_row(transport, *(f"{v:.0f}" for v in row))
-    console.print(table)
-    records = read_all(settings.resolved_journal_dir)
-    mirrors = [r for r in records if r.kind == RecordKind.MIRROR]
-    console.print(
-        f"Journal holds {len(mirrors)} mirrored requests (seq {mirrors[0].seq}..{mirrors[-1].seq}) "
-        f"in {elapsed:.2f}s; every accepted ack is there."
-        if mirrors
-        else "Journal is empty."
-    )
-    refused = Table("refused as", "message", title="Bad input is refused, named and counted")
-    for code, message in refusals:
-        refused.add_row(code, message)
-    console.print(refused)
-    if service.engine is not None:
-        _report_decisions(console, service)
+    view = LiveView(service)
+    client = MirrorClient(f"127.0.0.1:{service.grpc_port}", token)
+    sent = 0
+    with Live(console=console, refresh_per_second=4, transient=False) as live:
+        last = 0.0
+        for i in _paced(events, duration_s):
+            event = events[i]
+            if isinstance(event, MirrorRequest):
+                client.mirror(mirror_request_to_pb(event))
+            else:
+                client.report_outcome(outcome_to_pb(event))
+            sent = i + 1
+            if time.monotonic() - last > 0.25:
+                live.update(view.render(client.stats(), sent, len(events)))
+                last = time.monotonic()
+        client.flush(60)
+        deadline = time.monotonic() + 120
+        while service.journal.depth_records("scorer") > 0 and time.monotonic() < deadline:
+            live.update(view.render(client.stats(), sent, len(events)))
+            time.sleep(0.25)
+        live.update(view.render(client.close(), sent, len(events)))
 
 
-def _report_decisions(console: Console, service: Service) -> None:
-    assert service.engine is not None
-    table = Table(
-        "policy",
-        "version",
-        "n",
-        "ok",
-        "none feasible",
-        "error",
-        "agrees w/ prod",
-        "fav. masked",
-        "us/dec",
-        title=f"Counterfactual decisions in the log ({count_requests(service.engine)} requests)",
+def _show_refusals(
+    service: Service, token: str, events: list[MirrorRequest | Outcome], console: Console
+) -> None:
+    """Bad input is refused, named and counted; the service keeps serving."""
+    good = next(e for e in events if isinstance(e, MirrorRequest))
+    bad = mirror_request_to_pb(good)
+    bad.request_id = "bad-1"
+    bad.state.accelerators_free[0] = -1
+    table = Table("refused as", "message", title="Bad input is refused, named and counted")
+    with grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        stub = shadow_pb2_grpc.ShadowEvaluationStub(channel)  # type: ignore[no-untyped-call]
+        try:
+            stub.Mirror(bad, metadata=(("authorization", f"Bearer {token}"),))
+        except grpc.RpcError as exc:
+            table.add_row(f"gRPC {exc.code().name}", exc.details() or "")
+    base = f"http://127.0.0.1:{service.http_port}"
+    auth = {"authorization": f"Bearer {token}"}
+    response = httpx.post(f"{base}/v1/mirror", content=b'{"request_id": "x"', headers=auth)
+    table.add_row(f"HTTP {response.status_code}", response.json()["message"])
+    response = httpx.post(
+        f"{base}/v1/mirror", content=b"{}", headers={"authorization": "Bearer no"}
     )
-    for s in policy_summaries(service.engine):
-        agreement = f"{s.agreement:.0%}" if s.agreement is not None else "n/a"
-        table.add_row(
-            s.policy,
-            s.version,
-            str(s.decisions),
-            str(s.ok),
-            str(s.all_infeasible),
-            str(s.errors),
-            agreement,
-            str(s.infeasible_favourites),
-            f"{s.mean_latency_us:.0f}",
-        )
+    table.add_row(f"HTTP {response.status_code}", response.json()["message"])
     console.print(table)
-    console.print(
-        "Nothing was sent back to Runtime: acks carry only accepted/shed/rejected. "
-        "Replay any decision: `understudy replay --request-id ID --policy NAME` "
-        "(with UNDERSTUDY_DATA_DIR=out/demo)."
-    )
+    _ = contract_pb2  # the wire types Runtime uses (see docs/client.md)

@@ -13,8 +13,8 @@ A conformant policy, on every request whose status is ``ok`` or
 - sums to 1 over options plus defer (within 1e-6);
 - chooses `DEFER` or an option in range, with positive probability, feasible;
 - has status ``all_infeasible`` exactly when no option is feasible, and then defers;
-- flags ``raw_favourite_infeasible`` exactly when its highest finite raw
-  score sits on a masked option;
+- flags ``raw_favourite_infeasible`` exactly when some option is feasible and
+  its highest finite raw score sits on a masked option;
 - gives identical decisions for the same batch and seed.
 
 On a probe batch (valid requests), ``error`` or ``timeout`` is itself a problem.
@@ -96,7 +96,7 @@ def _request_problems(d: PolicyDecisions, batch: ScoringBatch) -> list[str]:
             problems.append(f"{where}: no feasible option, so it must defer with probability 1")
         scores = d.scores[start:end]
         if end > start and np.isfinite(scores).all():
-            expect = not batch.mask[favourite[r]]
+            expect = any_feasible and not batch.mask[favourite[r]]
             if bool(d.raw_favourite_infeasible[r]) != expect:
                 problems.append(f"{where}: `raw_favourite_infeasible` must be {expect}")
     return problems

@@ -161,8 +161,10 @@ def decide_from_scores(
     request = batch.request_of_row
     favourite = first_argmax(s, offsets, np.ones(n_rows, dtype=bool))
     padded_mask = np.append(mask, True)  # index -1 (no favourite) reads True
-    raw_fav_infeasible = ~padded_mask[favourite]
     n_feasible = segment_reduce(np.add, mask.astype(np.float64), offsets, 0.0)
+    # Only a choice that mattered counts: with no feasible option every favourite is
+    # masked, and counting those would drown the reliability signal in forced defers.
+    raw_fav_infeasible = ~padded_mask[favourite] & (n_feasible > 0)
     has_defer = rule.defer_score is not None
     n_cand = n_feasible + (1.0 if has_defer else 0.0)
     defer_s = rule.defer_score if rule.defer_score is not None else -np.inf

@@ -1,0 +1,127 @@
+"""The demo's live view and closing tables, read from the service's own metrics and log."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from rich.console import Group
+from rich.table import Table
+
+from service.client import ClientStats
+from service.runtime import Service
+from service.storage import (
+    count_dangling_outcomes,
+    count_joined_outcomes,
+    count_requests,
+    policy_summaries,
+)
+
+
+def _sum(service: Service, name: str, **labels: str) -> float:
+    """Sum of a metric's samples whose labels include `labels`."""
+    total = 0.0
+    for metric in service.metrics.registry.collect():
+        for sample in metric.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+    return total
+
+
+def _policies(service: Service) -> list[str]:
+    return sorted(service.policies.policies) if service.policies is not None else []
+
+
+@dataclass
+class LiveView:
+    """Renders ingest rate, journal depth, decisions, agreement and outcomes."""
+
+    service: Service
+    started: float = field(default_factory=time.monotonic)
+    _last: tuple[float, float] = (0.0, 0.0)
+
+    def render(self, client: ClientStats, sent: int, total: int) -> Group:
+        """One frame of the live view."""
+        now = time.monotonic()
+        accepted = _sum(self.service, "understudy_ingest_total", kind="mirror", result="accepted")
+        last_t, last_n = self._last
+        rate = (accepted - last_n) / (now - last_t) if last_t else 0.0
+        self._last = (now, accepted)
+        head = Table.grid(padding=(0, 3))
+        head.add_row(
+            f"[bold]simulated Runtime[/] {sent}/{total} events",
+            f"ingest {rate:,.0f} req/s",
+            f"journal depth {self.service.journal.depth_records('scorer')}",
+            f"client dropped {client.mirrors.dropped + client.outcomes.dropped}, "
+            f"reconnects {client.reconnects}",
+        )
+        joined = _sum(self.service, "understudy_outcomes_total", state="joined")
+        waiting = _sum(self.service, "understudy_outcomes_total", state="dangling")
+        outcomes = Table.grid(padding=(0, 3))
+        outcomes.add_row(
+            f"outcomes joined {joined:.0f}",
+            f"outcomes waiting for their request {waiting:.0f}",
+            f"elapsed {now - self.started:.0f}s",
+        )
+        table = Table("policy", "decisions", "ok", "agrees with production", "favourite masked")
+        for name in _policies(self.service):
+            decisions = _sum(self.service, "understudy_decisions_total", policy=name)
+            agreed = _sum(
+                self.service, "understudy_production_agreement_total", policy=name, agrees="true"
+            )
+            compared = _sum(self.service, "understudy_production_agreement_total", policy=name)
+            masked = _sum(self.service, "understudy_raw_favourite_infeasible_total", policy=name)
+            table.add_row(
+                name,
+                f"{decisions:.0f}",
+                f"{_sum(self.service, 'understudy_decisions_total', policy=name, status='ok'):.0f}",
+                f"{agreed / compared:.0%}" if compared else "-",
+                f"{masked:.0f}",
+            )
+        return Group(head, outcomes, table)
+
+
+def closing_tables(service: Service, accepted: float) -> tuple[Table, list[str]]:
+    """Each candidate vs production from the decision log, and the consistency checks."""
+    assert service.engine is not None
+    engine = service.engine
+    requests = count_requests(engine)
+    table = Table(
+        "policy",
+        "decisions",
+        "agrees w/ prod",
+        "errors",
+        "fav. masked",
+        "us/dec.",
+        title=f"Each candidate vs production ({requests} requests in the log)",
+    )
+    checks = []
+    summaries = policy_summaries(engine)
+    for s in summaries:
+        table.add_row(
+            s.policy if s.version == "builtin-1" else f"{s.policy}@{s.version}",
+            str(s.decisions),
+            f"{s.agreement:.1%}" if s.agreement is not None else "n/a",
+            str(s.errors),
+            f"{s.infeasible_favourites / max(s.ok, 1):.1%}",
+            f"{s.mean_latency_us:.0f}",
+        )
+        if s.decisions != requests:
+            checks.append(f"[red]{s.policy}: {s.decisions} decisions for {requests} requests[/]")
+    if requests != int(accepted):
+        checks.append(f"[red]{requests} requests logged, {accepted:.0f} accepted[/]")
+    if summaries:
+        checks.append(
+            f"{summaries[0].all_infeasible} requests had no feasible option (forced defers); "
+            "agreement counts them, 'fav. masked' is over decisions with a choice; "
+            "production-mirror errors are requests mirrored before Runtime decided"
+        )
+    checks.append(
+        f"outcomes joined: {count_joined_outcomes(engine)}, "
+        f"still waiting for their request: {count_dangling_outcomes(engine)}"
+    )
+    if len(checks) == 1:
+        checks.insert(
+            0, f"[green]every accepted request ({requests}) has a decision from every policy[/]"
+        )
+    return table, checks
