@@ -125,6 +125,7 @@ def _drive(
             live.update(view.render(client.stats(), sent, len(events)))
             time.sleep(0.25)
         live.update(view.render(client.close(), sent, len(events)))
+    console.print()
 
 
 def _show_refusals(

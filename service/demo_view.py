@@ -87,19 +87,16 @@ def closing_tables(service: Service, accepted: float) -> tuple[Table, list[str]]
     engine = service.engine
     requests = count_requests(engine)
     table = Table(
-        "policy",
-        "decisions",
-        "agrees w/ prod",
-        "errors",
-        "fav. masked",
-        "us/dec.",
         title=f"Each candidate vs production ({requests} requests in the log)",
     )
+    table.add_column("policy", no_wrap=True)
+    for header in ("decisions", "agrees", "errors", "fav. masked", "us/dec."):
+        table.add_column(header, justify="right")
     checks = []
     summaries = policy_summaries(engine)
     for s in summaries:
         table.add_row(
-            s.policy if s.version == "builtin-1" else f"{s.policy}@{s.version}",
+            s.policy,
             str(s.decisions),
             f"{s.agreement:.1%}" if s.agreement is not None else "n/a",
             str(s.errors),
