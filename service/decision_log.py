@@ -126,7 +126,9 @@ class DecisionLogSink:
             return SinkResult(
                 requests_inserted=result.requests.inserted,
                 decisions_inserted=result.decisions.inserted,
-                outcomes_joined=oc.joined + oc.joined_from_pending,
-                outcomes_dangling=oc.pending,
+                outcomes_joined=oc.joined,
+                outcomes_parked=oc.pending,
+                outcomes_joined_from_parked=oc.joined_from_pending,
                 duplicates=result.requests.duplicates + result.decisions.duplicates + oc.duplicates,
+                outcome_delays_s=tuple(oc.outcome_delays_s),
             )

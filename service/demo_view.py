@@ -55,8 +55,10 @@ class LiveView:
             f"client dropped {client.mirrors.dropped + client.outcomes.dropped}, "
             f"reconnects {client.reconnects}",
         )
-        joined = _sum(self.service, "understudy_outcomes_total", state="joined")
-        waiting = _sum(self.service, "understudy_outcomes_total", state="dangling")
+        on_arrival = _sum(self.service, "understudy_outcomes_total", state="joined_on_arrival")
+        parked = _sum(self.service, "understudy_outcomes_total", state="parked")
+        later = _sum(self.service, "understudy_outcomes_total", state="joined_from_parked")
+        joined, waiting = on_arrival + later, parked - later
         outcomes = Table.grid(padding=(0, 3))
         outcomes.add_row(
             f"outcomes joined {joined:.0f}",

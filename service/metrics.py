@@ -133,8 +133,15 @@ class ServiceMetrics:
         )
         self.outcomes = Counter(
             "understudy_outcomes",
-            "Outcomes logged, by join state (joined, dangling).",
+            "Outcomes by join event: joined_on_arrival, parked (request not seen yet), "
+            "joined_from_parked (its request arrived later).",
             ["state"],
+            registry=registry,
+        )
+        self.outcome_delay = Histogram(
+            "understudy_outcome_delay_seconds",
+            "Runtime's observed_at minus request_time of outcomes as they are joined.",
+            buckets=(1, 10, 60, 300, 900, 3600, 4 * 3600, 12 * 3600, 86400, 3 * 86400, 7 * 86400),
             registry=registry,
         )
         self.db_lag_records = Gauge(

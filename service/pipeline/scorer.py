@@ -72,8 +72,10 @@ class SinkResult:
     requests_inserted: int = 0
     decisions_inserted: int = 0
     outcomes_joined: int = 0
-    outcomes_dangling: int = 0
+    outcomes_parked: int = 0
+    outcomes_joined_from_parked: int = 0
     duplicates: int = 0
+    outcome_delays_s: tuple[float, ...] = ()
 
 
 class DecisionSink(Protocol):

@@ -51,5 +51,8 @@ class ScorerMetrics:
         self._m.db_rows.labels("requests").inc(result.requests_inserted)
         self._m.db_rows.labels("decisions").inc(result.decisions_inserted)
         self._m.db_duplicates.inc(result.duplicates)
-        self._m.outcomes.labels("joined").inc(result.outcomes_joined)
-        self._m.outcomes.labels("dangling").inc(result.outcomes_dangling)
+        self._m.outcomes.labels("joined_on_arrival").inc(result.outcomes_joined)
+        self._m.outcomes.labels("parked").inc(result.outcomes_parked)
+        self._m.outcomes.labels("joined_from_parked").inc(result.outcomes_joined_from_parked)
+        for delay in result.outcome_delays_s:
+            self._m.outcome_delay.observe(delay)

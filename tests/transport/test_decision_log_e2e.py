@@ -190,3 +190,45 @@ def test_database_outage_keeps_acking_and_loses_nothing(
         assert httpx.get(f"http://127.0.0.1:{service.http_port}/readyz").status_code == 200
     finally:
         stop_embedded(pg_dir)
+
+
+def test_outcomes_join_and_metrics_agree_with_the_log(
+    make_service: Callable[..., Service],
+    runtime_token: str,
+    requests_sample: list[MirrorRequest],
+) -> None:
+    from service.client import MirrorClient
+    from service.storage import count_dangling_outcomes, count_joined_outcomes
+    from service.wire.understudy.v1 import contract_pb2
+
+    service = make_service(
+        policies=Registry(policies={"least-loaded": LeastLoaded()}, predictors={})
+    )
+    engine = service.engine
+    assert engine is not None
+    client = MirrorClient(f"127.0.0.1:{service.grpc_port}", runtime_token)
+    for r in requests_sample[:5]:
+        client.mirror(mirror_request_to_pb(r))
+    for k, r in enumerate([*requests_sample[:5], requests_sample[5]]):
+        outcome = contract_pb2.Outcome(
+            request_id=r.request_id if k < 5 else "never-mirrored",
+            observed_at=r.request_time + 600.0 * (k + 1),
+            completion_time_s=100.0,
+            failure=contract_pb2.FAILURE_KIND_NONE,
+        )
+        client.report_outcome(outcome)
+    assert client.flush(30)
+    stats = client.close()
+    assert stats.outcomes.accepted == 6 and stats.mirrors.accepted == 5
+    wait_until(lambda: service.journal.depth_records("scorer") == 0)
+    value = service.metrics.registry.get_sample_value
+
+    def outcomes(state: str) -> float:
+        return value("understudy_outcomes_total", {"state": state}) or 0.0
+
+    joined = outcomes("joined_on_arrival") + outcomes("joined_from_parked")
+    waiting = outcomes("parked") - outcomes("joined_from_parked")
+    assert count_joined_outcomes(engine) == 5 == joined
+    assert count_dangling_outcomes(engine) == 1 == waiting
+    assert value("understudy_outcome_delay_seconds_count") == 5
+    assert value("understudy_outcome_delay_seconds_sum") == pytest.approx(600.0 * 15)

@@ -1,0 +1,217 @@
+"""Overlap diagnostics: effective sample size, weight tail, support, and identifiability.
+
+With importance weights ``w_t = pi(a_t|x_t) / mu(a_t|x_t)`` (``mu`` = logging):
+
+- **ESS** (Kish 1965): ``(sum_t w_t)^2 / sum_t w_t^2``; how many on-policy rounds
+  the weighted sample is worth. Owen (2013), "Monte Carlo theory, methods and
+  examples", ch. 9.
+- **Weight tail**: ``max w`` and the share of ``sum w`` carried by rounds with
+  ``w > tail_threshold``.
+- **Support** (positivity): importance weighting is unbiased only if
+  ``mu(a|x) > 0`` wherever ``pi(a|x) > 0``. Per round, the unsupported target
+  mass is
+
+      u_t = sum_a pi(a|x_t) 1[mu(a|x_t) = 0]            (with `logging_dist`)
+      u_t = (1 - pi(a_t|x_t)) 1[mu(a_t|x_t) = 1]        (without: a logged
+                                                          propensity of 1 means
+                                                          no other action is logged)
+
+  Feasibility enters through the per-decision feasible set: the target may
+  not use an infeasible action (validated), so a decision with one feasible
+  action is always supported, and "deterministic logging" is counted only
+  over decisions with a real choice. When ``mean(u) > tolerance`` the value is
+  **not identifiable** from the weights (Rosenbaum & Rubin 1983; for bandits,
+  Sachdeva, Su & Joachims 2020, "Off-policy bandits with deficient support"):
+  the estimators return `NotIdentifiable` with the reason, never a number.
+
+Everything here is a sum over rounds (`DiagnosticSums`), so streaming and
+batch diagnostics agree exactly up to float rounding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from service.ope.data import BanditData
+from service.ope.results import Basis, Diagnostics
+
+TAIL_THRESHOLD = 10.0
+"""Default: a round whose action the logging policy took 10x less often than the target would."""
+
+MIN_ESS = 30.0
+"""Below this effective sample size the normal interval gets a caveat."""
+
+_DETERMINISTIC = 1.0 - 1e-12
+
+
+def unsupported_mass(data: BanditData) -> NDArray[np.float64]:
+    """``u_t``, the target's probability on actions never logged at round t, shape ``(n,)``."""
+    if data.logging_dist is not None:
+        out: NDArray[np.float64] = (data.action_dist * (data.logging_dist <= 0)).sum(axis=1)
+        return out
+    return np.where(data.pscore >= _DETERMINISTIC, 1.0 - data.target_pscore, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class DiagnosticSums:
+    """Additive sufficient statistics of `Diagnostics` (see the module docstring)."""
+
+    n: int = 0
+    sum_w: float = 0.0
+    sum_w2: float = 0.0
+    max_w: float = 0.0
+    tail_w: float = 0.0
+    zero_target: int = 0
+    unsupported: float = 0.0
+    unsupported_rounds: int = 0
+    choice_rounds: int = 0
+    deterministic: int = 0
+    logged_infeasible: int = 0
+    unusable_pscore: int = 0
+    support_known: bool = True
+    tail_threshold: float = TAIL_THRESHOLD
+
+    @staticmethod
+    def of(data: BanditData, tail_threshold: float = TAIL_THRESHOLD) -> DiagnosticSums:
+        """The sums over `data`'s rounds."""
+        w = data.weight
+        u = unsupported_mass(data)
+        rows = np.arange(data.n)
+        if data.feasible is not None:
+            choice = data.feasible.sum(axis=1) >= 2
+            infeasible = int((~data.feasible[rows, data.action]).sum())
+        else:
+            choice = np.ones(data.n, dtype=bool)
+            infeasible = 0
+        return DiagnosticSums(
+            n=data.n,
+            sum_w=float(w.sum()),
+            sum_w2=float((w * w).sum()),
+            max_w=float(w.max()),
+            tail_w=float(w[w > tail_threshold].sum()),
+            zero_target=int((data.target_pscore == 0).sum()),
+            unsupported=float(u.sum()),
+            unsupported_rounds=int((u > 0).sum()),
+            choice_rounds=int(choice.sum()),
+            deterministic=int((choice & (data.pscore >= _DETERMINISTIC)).sum()),
+            logged_infeasible=infeasible,
+            unusable_pscore=data.unusable_pscore,
+            support_known=data.logging_dist is not None,
+            tail_threshold=tail_threshold,
+        )
+
+    def merge(self, other: DiagnosticSums) -> DiagnosticSums:
+        """The sums over both sets of rounds."""
+        return DiagnosticSums(
+            n=self.n + other.n,
+            sum_w=self.sum_w + other.sum_w,
+            sum_w2=self.sum_w2 + other.sum_w2,
+            max_w=max(self.max_w, other.max_w),
+            tail_w=self.tail_w + other.tail_w,
+            zero_target=self.zero_target + other.zero_target,
+            unsupported=self.unsupported + other.unsupported,
+            unsupported_rounds=self.unsupported_rounds + other.unsupported_rounds,
+            choice_rounds=self.choice_rounds + other.choice_rounds,
+            deterministic=self.deterministic + other.deterministic,
+            logged_infeasible=self.logged_infeasible + other.logged_infeasible,
+            unusable_pscore=self.unusable_pscore + other.unusable_pscore,
+            support_known=(self.support_known or self.n == 0)
+            and (other.support_known or other.n == 0),
+            tail_threshold=self.tail_threshold,
+        )
+
+    def finish(self) -> Diagnostics:
+        """The `Diagnostics` these sums describe."""
+        n = max(self.n, 1)
+        ess = self.sum_w**2 / self.sum_w2 if self.sum_w2 > 0 else 0.0
+        return Diagnostics(
+            n=self.n,
+            ess=ess,
+            ess_share=ess / n,
+            mean_weight=self.sum_w / n,
+            max_weight=self.max_w,
+            tail_threshold=self.tail_threshold,
+            tail_weight_share=self.tail_w / self.sum_w if self.sum_w > 0 else 0.0,
+            zero_target_share=self.zero_target / n,
+            unsupported_share=self.unsupported / n,
+            unsupported_rounds=self.unsupported_rounds,
+            deterministic_share=self.deterministic / self.choice_rounds
+            if self.choice_rounds
+            else 0.0,
+            support_known=self.support_known,
+            logged_infeasible=self.logged_infeasible,
+            unusable_pscore=self.unusable_pscore,
+        )
+
+
+def diagnostics(data: BanditData, tail_threshold: float = TAIL_THRESHOLD) -> Diagnostics:
+    """Overlap diagnostics of `data`'s target against its logging policy."""
+    return DiagnosticSums.of(data, tail_threshold).finish()
+
+
+def identification_failure(d: Diagnostics, support_tolerance: float = 0.0) -> str | None:
+    """Why the logged rewards cannot identify the target's value, or None when they can.
+
+    Args:
+        d: the diagnostics.
+        support_tolerance: the unsupported target mass (mean of ``u_t``) accepted
+            as negligible; 0 by default, since any unsupported mass biases every
+            importance-weighted estimator by up to that share of the reward range.
+    """
+    if d.unsupported_share > support_tolerance:
+        reason = (
+            f"no overlap: the target puts {d.unsupported_share:.1%} of its probability on "
+            f"actions the logging policy never takes ({d.unsupported_rounds} of {d.n} "
+            "decisions), so no logged reward speaks for them"
+        )
+        if d.deterministic_share > 0:
+            reason += (
+                f"; the logging policy is deterministic in {d.deterministic_share:.0%} of "
+                "the decisions that had a choice"
+            )
+        return reason
+    if d.ess == 0:
+        return (
+            "no logged action has positive target probability (effective sample size 0): "
+            "the logged rewards say nothing about the target"
+        )
+    return None
+
+
+def caveats(d: Diagnostics, basis: Basis) -> tuple[str, ...]:
+    """Plain-language limits to print next to an estimate's number."""
+    out = []
+    if basis is Basis.MODEL_BASED:
+        out.append(
+            "model-based: the value comes only from the reward model; its interval covers "
+            "the sampling of contexts, not the model's error"
+        )
+        if d.unsupported_share > 0:
+            out.append(
+                f"the target takes actions the logging policy never took "
+                f"({d.unsupported_share:.1%} of its probability): only the model speaks for them"
+            )
+    else:
+        if d.ess < MIN_ESS:
+            out.append(
+                f"effective sample size {d.ess:.1f} is small: the normal interval may under-cover"
+            )
+        if d.tail_weight_share > 0.5:
+            out.append(
+                f"rounds with weight > {d.tail_threshold:g} carry {d.tail_weight_share:.0%} of "
+                "the weight: the estimate rests on few rounds"
+            )
+        if not d.support_known:
+            out.append(
+                "support checked only where the logged propensity is 1 "
+                "(no full logging distribution given)"
+            )
+    if d.unusable_pscore:
+        out.append(
+            f"{d.unusable_pscore} rounds ({d.unusable_share:.1%}) dropped for a missing or "
+            "invalid propensity; assumed missing at random"
+        )
+    return tuple(out)
