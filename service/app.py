@@ -21,6 +21,7 @@ from service.decision_log import DecisionLogSink
 from service.metrics import ServiceMetrics
 from service.pipeline.ingest import Ingest
 from service.pipeline.journal import FsyncMode, IngestJournal, JournalConfig
+from service.pipeline.quarantine import Quarantine
 from service.pipeline.scorer import Scorer, ScorerConfig
 from service.pipeline.scorer_metrics import ScorerMetrics
 from service.policies.registry import Registry, load_registry
@@ -52,11 +53,14 @@ def _journal(settings: Settings) -> IngestJournal:
     )
 
 
-def _policy_check(registry: Registry) -> tuple[bool, str]:
+def _policy_check(registry: Registry, quarantine: Quarantine) -> tuple[bool, str]:
     refused = ", ".join(f"{name} ({err.problem})" for name, err in registry.refused.items())
-    loaded = ", ".join(sorted(registry.policies))
+    held = quarantine.quarantined()
+    loaded = ", ".join(sorted(set(registry.policies) - set(held)))
     detail = f"scoring {loaded or 'nothing'}" + (f"; refused: {refused}" if refused else "")
-    return bool(registry.policies), detail
+    if held:
+        detail += "; quarantined: " + ", ".join(f"{n} ({e})" for n, e in sorted(held.items()))
+    return len(held) < len(registry.policies), detail
 
 
 def build_service(
@@ -118,13 +122,24 @@ def _wire_scoring(service: Service, policies: Registry | None) -> None:
     registry = policies or load_registry(settings.policies_dir)
     service.policies = registry
     sink = DecisionLogSink(DecisionLogWriter(engine), registry.manifests)
+    observer = ScorerMetrics(service.metrics)
+    default_budget = settings.policy_time_budget_ms / 1e3
+    budgets = {name: default_budget for name in registry.policies} | registry.time_budgets_s
+    quarantine = Quarantine(
+        threshold=settings.quarantine_failures,
+        window_s=settings.quarantine_window_s,
+        cooldown_s=settings.quarantine_cooldown_s,
+    )
+    quarantine.subscribe(observer.on_quarantine)
+    quarantine.subscribe(lambda e: log.warning("policy %s %s: %s", e.policy, e.event, e.reason))
     scorer = Scorer(
         service.journal,
         lambda: list(registry.policies.values()),
         sink,
-        ScorerMetrics(service.metrics),
+        observer,
         DEFAULT_FEATURES,
-        ScorerConfig(max_batch=settings.scorer_max_batch, budgets_s=registry.time_budgets_s),
+        ScorerConfig(max_batch=settings.scorer_max_batch, budgets_s=budgets),
+        quarantine,
     )
     service.scorer = scorer
     service.readiness.register("database", lambda: database_healthy(engine))
@@ -132,7 +147,7 @@ def _wire_scoring(service: Service, policies: Registry | None) -> None:
         "decision_log",
         lambda: (scorer.sink_healthy, scorer.sink_error or "writes succeeding"),
     )
-    service.readiness.register("policies", lambda: _policy_check(registry))
+    service.readiness.register("policies", lambda: _policy_check(registry, quarantine))
 
 
 def serve(settings: Settings) -> None:

@@ -154,6 +154,19 @@ class ServiceMetrics:
             "1 when the last decision-log write succeeded, 0 while it is failing.",
             registry=registry,
         )
+        self.quarantine_events = Counter(
+            "understudy_policy_quarantine_events",
+            "Policy quarantine transitions by policy and event (quarantined, released, "
+            "retry_failed).",
+            ["policy", "event"],
+            registry=registry,
+        )
+        self.quarantined = Gauge(
+            "understudy_policy_quarantined",
+            "1 while the policy is quarantined (not scored), 0 otherwise.",
+            ["policy"],
+            registry=registry,
+        )
         self.ready = Gauge(
             "understudy_ready",
             "1 when the service can accept mirrored work, 0 otherwise.",

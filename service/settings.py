@@ -77,6 +77,18 @@ class Settings(BaseSettings):
     scorer_max_batch: int = Field(default=256, ge=1, le=10_000)
     """Most journal records one scoring micro-batch takes; batches are smaller when idle."""
 
+    policy_time_budget_ms: float = Field(default=100.0, gt=0)
+    """Per-batch time budget of policies whose manifest sets none (the baselines)."""
+
+    quarantine_failures: int = Field(default=3, ge=1)
+    """Failed batches (error, non-finite output, over budget) that quarantine a policy..."""
+
+    quarantine_window_s: float = Field(default=60.0, gt=0)
+    """...when they happen within this many seconds."""
+
+    quarantine_cooldown_s: float = Field(default=300.0, gt=0)
+    """How long a quarantined policy is skipped before it is tried again."""
+
     scoring_enabled: bool = True
     """Run the scorer and decision log; off only for ingest-only deployments and tests."""
 

@@ -24,6 +24,7 @@ from service.contract import FeatureFunction, InvalidInput, MirrorRequest, Outco
 from service.contract.errors import Unavailable
 from service.pipeline.journal import IngestJournal
 from service.pipeline.journal_format import JournalRecord, RecordKind
+from service.pipeline.quarantine import Quarantine
 from service.pipeline.scoring import ScoredDecision, score_requests
 from service.policies.base import Policy
 from service.policies.runner import PolicyRun
@@ -131,7 +132,9 @@ class Scorer:
         observer: ScorerObserver,
         features: FeatureFunction,
         config: ScorerConfig | None = None,
+        quarantine: Quarantine | None = None,
     ) -> None:
+        self.quarantine = quarantine or Quarantine()
         self._journal = journal
         self._policies = active_policies
         self._sink = sink
@@ -160,13 +163,15 @@ class Scorer:
                 requests.append(LoggedRequest(record.seq, item, record.payload, record.appended_at))
             else:
                 outcomes.append(LoggedOutcome(record.seq, item, record.appended_at))
-        policies = list(self._policies())
+        policies = [p for p in self._policies() if self.quarantine.is_active(str(p.name))]
         decisions: list[ScoredDecision] = []
         runs: list[PolicyRun] = []
         if requests and policies:
             _, decisions, runs = score_requests(
                 [r.request for r in requests], policies, self._features, self._config.budgets_s
             )
+            for run in runs:
+                self.quarantine.record(run.policy, run.error)
         self._observer.on_batch(len(requests), runs, decisions)
         batch = ScoredBatch(
             requests=requests,

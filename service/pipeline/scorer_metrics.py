@@ -6,6 +6,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from service.metrics import ServiceMetrics
+from service.pipeline.quarantine import QuarantineEvent
 from service.pipeline.scorer import SinkResult
 from service.pipeline.scoring import ScoredDecision
 from service.policies.runner import PolicyRun
@@ -56,3 +57,8 @@ class ScorerMetrics:
         self._m.outcomes.labels("joined_from_parked").inc(result.outcomes_joined_from_parked)
         for delay in result.outcome_delays_s:
             self._m.outcome_delay.observe(delay)
+
+    def on_quarantine(self, event: QuarantineEvent) -> None:
+        """Count the transition and flip the per-policy gauge."""
+        self._m.quarantine_events.labels(event.policy, event.event).inc()
+        self._m.quarantined.labels(event.policy).set(0 if event.event == "released" else 1)
