@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import grpc
 import httpx
@@ -27,9 +26,6 @@ from service.storage import (
     count_decisions,
     count_requests,
     policy_summaries,
-    start_embedded,
-    stop_embedded,
-    upgrade,
 )
 from service.transport.http.convert import mirror_to_json
 from service.wire.convert import mirror_request_to_pb
@@ -154,42 +150,6 @@ def test_acks_never_wait_for_scoring(
         blocking.release.set()
     wait_until(lambda: count_decisions(service.engine) == len(ids) * 2)  # type: ignore[arg-type]
     assert count_requests(service.engine) == len(ids)
-
-
-@pytest.mark.slow
-def test_database_outage_keeps_acking_and_loses_nothing(
-    make_service: Callable[..., Service],
-    runtime_token: str,
-    requests_sample: list[MirrorRequest],
-    pg_dir: Path,
-) -> None:
-    server = start_embedded(pg_dir, stop_at_exit=False)
-    try:
-        upgrade(server.url())
-        service = make_service(
-            database_url=server.url(),
-            policies=Registry(policies={"least-loaded": LeastLoaded()}, predictors={}),
-        )
-        assert service.engine is not None and service.scorer is not None
-        engine = service.engine
-        before = mirror_all(service, runtime_token, requests_sample[:5], "pre")
-        wait_until(lambda: count_requests(engine) == len(before))
-
-        assert stop_embedded(pg_dir)
-        during = mirror_all(service, runtime_token, requests_sample[5:15], "out")
-        wait_until(lambda: not service.scorer.sink_healthy)  # type: ignore[union-attr]
-        assert service.journal.depth_records("scorer") == len(during)
-        ready = httpx.get(f"http://127.0.0.1:{service.http_port}/readyz")
-        assert ready.status_code == 503
-        assert {c["name"] for c in ready.json()["checks"] if not c["ok"]} >= {"database"}
-
-        start_embedded(pg_dir, stop_at_exit=False)
-        wait_until(lambda: service.journal.depth_records("scorer") == 0, timeout=60)
-        assert count_requests(engine) == len(before) + len(during)
-        assert count_decisions(engine) == len(before) + len(during)
-        assert httpx.get(f"http://127.0.0.1:{service.http_port}/readyz").status_code == 200
-    finally:
-        stop_embedded(pg_dir)
 
 
 def test_outcomes_join_and_metrics_agree_with_the_log(
