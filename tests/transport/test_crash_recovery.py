@@ -28,10 +28,14 @@ from service.wire.understudy.v1 import contract_pb2, shadow_pb2, shadow_pb2_grpc
 class ServerProcess:
     """`understudy serve` in a child process; ports read from its first stdout line."""
 
-    def __init__(self, data_dir: Path, token: str, database_url: str, grpc_port: int = 0) -> None:
+    def __init__(
+        self, data_dir: Path, token: str, database_url: str | None, grpc_port: int = 0
+    ) -> None:
         env = dict(os.environ)
+        env.pop("UNDERSTUDY_DATABASE_URL", None)
+        if database_url is not None:
+            env["UNDERSTUDY_DATABASE_URL"] = database_url
         env.update(
-            UNDERSTUDY_DATABASE_URL=database_url,
             UNDERSTUDY_DATA_DIR=str(data_dir),
             UNDERSTUDY_GRPC_PORT=str(grpc_port),
             UNDERSTUDY_HTTP_PORT="0",
