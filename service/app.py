@@ -53,6 +53,12 @@ def _journal(settings: Settings) -> IngestJournal:
     )
 
 
+def _tls(settings: Settings) -> tuple[bytes, bytes] | None:
+    if settings.tls_cert_file is None or settings.tls_key_file is None:
+        return None
+    return settings.tls_key_file.read_bytes(), settings.tls_cert_file.read_bytes()
+
+
 def _policy_check(registry: Registry, quarantine: Quarantine) -> tuple[bool, str]:
     refused = ", ".join(f"{name} ({err.problem})" for name, err in registry.refused.items())
     held = quarantine.quarantined()
@@ -99,6 +105,7 @@ def build_service(
         settings.grpc_port,
         settings.grpc_max_workers,
         settings.max_request_bytes,
+        tls=_tls(settings),
     )
     service.http_app = create_http_app(
         ingest,

@@ -65,8 +65,14 @@ class Service:
     def start(self) -> None:
         """Start gRPC (its own threads), HTTP (a uvicorn loop in a thread), the scorer."""
         self.grpc_server.start()
+        tls: dict[str, Any] = {}
+        if self.settings.tls_cert_file is not None:
+            tls = {
+                "ssl_certfile": str(self.settings.tls_cert_file),
+                "ssl_keyfile": str(self.settings.tls_key_file),
+            }
         config = uvicorn.Config(
-            self.http_app, log_level="warning", access_log=False, lifespan="off"
+            self.http_app, log_level="warning", access_log=False, lifespan="off", **tls
         )
         server = uvicorn.Server(config)
         self._http_server = server

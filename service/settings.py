@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 Role = Literal["runtime", "reviewer", "safety", "admin"]
@@ -57,6 +57,12 @@ class Settings(BaseSettings):
 
     http_port: int = Field(default=8080, ge=0, le=65535)
     """HTTP port; 0 picks a free one (tests)."""
+
+    tls_cert_file: Path | None = None
+    """PEM certificate chain for TLS on both gRPC and HTTP; unset = plaintext (loopback)."""
+
+    tls_key_file: Path | None = None
+    """PEM private key matching `tls_cert_file`."""
 
     max_request_bytes: int = Field(default=4 * 1024 * 1024, gt=1024)
     """Largest accepted request body (HTTP) or message (gRPC)."""
@@ -107,6 +113,12 @@ class Settings(BaseSettings):
                     "characters), never raw tokens"
                 )
         return tokens
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Settings:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file must be set together")
+        return self
 
     @property
     def resolved_journal_dir(self) -> Path:

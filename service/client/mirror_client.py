@@ -52,8 +52,15 @@ class MirrorClient:
         backoff_initial_s: float = 0.05,
         backoff_max_s: float = 2.0,
         channel_options: Sequence[tuple[str, Any]] = (),
+        root_certificates: bytes | None = None,
+        tls: bool = False,
     ) -> None:
-        self._channel = grpc.insecure_channel(target, options=list(channel_options))
+        options = list(channel_options)
+        if tls or root_certificates is not None:
+            credentials = grpc.ssl_channel_credentials(root_certificates=root_certificates)
+            self._channel = grpc.secure_channel(target, credentials, options=options)
+        else:
+            self._channel = grpc.insecure_channel(target, options=options)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self._ack_timeout_s = ack_timeout_s
         self._backoff = (backoff_initial_s, backoff_max_s)

@@ -27,8 +27,12 @@ def build_grpc_server(
     port: int,
     max_workers: int,
     max_request_bytes: int,
+    tls: tuple[bytes, bytes] | None = None,
 ) -> tuple[grpc.Server, int, health.HealthServicer]:
-    """Create (not start) the server; returns it, the bound port and the health servicer."""
+    """Create (not start) the server; returns it, the bound port and the health servicer.
+
+    `tls` is (private key PEM, certificate chain PEM); None serves plaintext.
+    """
     limit = max_request_bytes * _GRPC_LIMIT_FACTOR
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
@@ -51,7 +55,13 @@ def build_grpc_server(
         ),
         server,
     )
-    bound = server.add_insecure_port(f"{host}:{port}")
+    if tls is None:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    else:
+        key, chain = tls
+        bound = server.add_secure_port(
+            f"{host}:{port}", grpc.ssl_server_credentials([(key, chain)])
+        )
     if bound == 0:
         raise OSError(f"could not bind gRPC on {host}:{port}")
     return server, bound, health_servicer
