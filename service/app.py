@@ -25,13 +25,22 @@ from service.pipeline.quarantine import Quarantine
 from service.pipeline.scorer import Scorer, ScorerConfig
 from service.pipeline.scorer_metrics import ScorerMetrics
 from service.policies.registry import Registry, load_registry
+from service.protocols import ProtocolDesk, policy_refs
 from service.readiness import Readiness
 from service.runtime import Service, bind_socket
 from service.settings import Settings
-from service.storage import DecisionLogWriter, database_healthy, make_engine, open_database, upgrade
+from service.storage import (
+    DecisionLogWriter,
+    ProtocolStore,
+    database_healthy,
+    make_engine,
+    open_database,
+    upgrade,
+)
 from service.transport.grpc.server import build_grpc_server
 from service.transport.grpc.servicer import ShadowEvaluationServicer
 from service.transport.http.app import create_http_app
+from service.transport.http.protocols import protocol_router
 
 log = logging.getLogger(__name__)
 
@@ -115,8 +124,28 @@ def build_service(
         settings.max_request_bytes,
         offload_appends=settings.journal_fsync == "always",
     )
+    if service.engine is not None:
+        service.http_app.include_router(
+            protocol_router(
+                _protocol_desk(service),
+                authority.identify,
+                max_body_bytes=settings.max_request_bytes,
+            )
+        )
     service.http_socket = bind_socket(settings.http_host, settings.http_port)
     return service
+
+
+def _protocol_desk(service: Service) -> ProtocolDesk:
+    """Protocols live beside the decision log; checks use the loaded policies and its logs."""
+    assert service.engine is not None
+    store = ProtocolStore(service.engine)
+    loaded = service.policies
+    return ProtocolDesk(
+        store,
+        policies=lambda: None if loaded is None else policy_refs(loaded),
+        logging=store.logging_profile,
+    )
 
 
 def _wire_scoring(service: Service, policies: Registry | None) -> None:

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from service.auth import token_digest
+from service.cli_protocols import protocol_app
 from service.settings import Settings
 
 app = typer.Typer(
@@ -42,6 +43,8 @@ def settings() -> None:
         table.add_row(f"UNDERSTUDY_{name.upper()}", repr(info.default), info.description or "")
     console.print(table)
 
+
+app.add_typer(protocol_app, name="protocol")
 
 db_app = typer.Typer(help="Decision-log database.", no_args_is_help=True)
 app.add_typer(db_app, name="db")

@@ -26,7 +26,6 @@ import httpx
 import typer
 import yaml
 from rich.console import Console
-from rich.table import Table
 
 from service.contract.errors import InvalidInput
 
@@ -220,18 +219,14 @@ def status(
     pid, version = _ref(ref)
     result = _call(url, token, "GET", f"/v1/protocols/{pid}/versions/{version}")
     _print_record(result["record"])
-    table = Table("seq", "at (UTC)", "action", "from -> to", "who", "criterion", "reason")
     for e in result["events"]:
-        table.add_row(
-            str(e["seq"]),
-            _when(e["at"]),
-            e["action"],
-            f"{e['from_state'] or '-'} -> {e['to_state']}",
-            f"{e['actor']} ({e['actor_role']})",
-            e["criterion"] or "",
-            e["reason"],
+        criterion = f" [{e['criterion']}]" if e["criterion"] else ""
+        console.print(
+            f"  {e['seq']:>3}  {_when(e['at'])}  {e['action']:<15}"
+            f" {e['from_state'] or '-'} -> {e['to_state']}  by {e['actor']} ({e['actor_role']})"
+            f"{criterion}: {e['reason']}",
+            soft_wrap=True,
         )
-    console.print(table)
 
 
 @protocol_app.command()

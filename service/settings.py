@@ -7,8 +7,9 @@ holds an instance. Every field's docstring is its documentation
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -98,20 +99,26 @@ class Settings(BaseSettings):
     scoring_enabled: bool = True
     """Run the scorer and decision log; off only for ingest-only deployments and tests."""
 
-    auth_tokens: dict[str, Role] = Field(default_factory=dict)
-    """Bearer tokens, stored as sha256 hex digest -> role (JSON in the environment).
-    Make a digest with `understudy token-hash`. No entry for a role means nobody
-    has it."""
+    auth_tokens: dict[str, str] = Field(default_factory=dict)
+    """Bearer tokens, stored as sha256 hex digest -> "role" or "role:principal"
+    (JSON in the environment), e.g. {"<digest>": "safety:dave"}. The principal is
+    matched against protocol owners (an owner cannot approve). Make a digest with
+    `understudy token-hash`. No entry for a role means nobody has it."""
 
     @field_validator("auth_tokens")
     @classmethod
-    def _digests_only(cls, tokens: dict[str, Role]) -> dict[str, Role]:
-        for digest in tokens:
+    def _digests_only(cls, tokens: dict[str, str]) -> dict[str, str]:
+        for digest, entry in tokens.items():
             if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
                 raise ValueError(
                     "auth_tokens keys must be sha256 hex digests (64 lowercase hex "
                     "characters), never raw tokens"
                 )
+            role, _, principal = entry.partition(":")
+            if role not in get_args(Role):
+                raise ValueError(f"auth_tokens role must be one of {get_args(Role)}, got {role!r}")
+            if principal and not re.match(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$", principal):
+                raise ValueError(f"auth_tokens principal {principal!r} is not a valid name")
         return tokens
 
     @model_validator(mode="after")

@@ -205,10 +205,10 @@ class ProtocolDesk:
         return self._create(protocol, who, reason.strip() or "submitted for review")
 
     def _create(self, protocol: Protocol, who: Identity, reason: str) -> RecordedProtocol:
-        evidence = self._check(protocol)
         existing = self.records.find(*protocol.key)
-        if existing is not None:
+        if existing is not None:  # a changed document is the more useful refusal
             ensure_unchanged(*protocol.key, existing.document, existing.content_sha256, protocol)
+        evidence = self._check(protocol)
         doc = to_document(protocol)
         target = next_state(Action.SUBMIT, None, protocol.mode)
         event = NewEvent(Action.SUBMIT, None, target, who, reason, evidence)
@@ -218,6 +218,7 @@ class ProtocolDesk:
         self, protocol_id: str, version: int, content_sha256: str, who: Identity, reason: str
     ) -> RecordedProtocol:
         """Record an independent approval of exactly the content hashed `content_sha256`."""
+        why = _reason(reason)
         record = self._get(protocol_id, version)
         authorize(Action.APPROVE, who, record.owners, record.submitted_by)
         if content_sha256 != record.content_sha256:
@@ -227,7 +228,7 @@ class ProtocolDesk:
                 f" what was recorded), got {content_sha256!r}",
             )
         evidence = {"content_sha256": record.content_sha256, **self._check(record.protocol())}
-        return self._move(record, Action.APPROVE, who, _reason(reason), evidence)
+        return self._move(record, Action.APPROVE, who, why, evidence)
 
     def start(
         self,
@@ -278,15 +279,17 @@ class ProtocolDesk:
         evidence: Mapping[str, Any] | None = None,
     ) -> RecordedProtocol:
         """Stop (or withdraw) a version; always allowed to admin and safety."""
+        why = _reason(reason)
         record = self._get(protocol_id, version)
-        return self._move(record, Action.STOP, who, _reason(reason), evidence or {})
+        return self._move(record, Action.STOP, who, why, evidence or {})
 
     def signal_rollback(
         self, protocol_id: str, version: int, who: Identity, reason: str
     ) -> RecordedProtocol:
         """Safety signals Runtime to roll back an online experiment (never an action by us)."""
+        why = _reason(reason)
         record = self._get(protocol_id, version)
-        return self._move(record, Action.SIGNAL_ROLLBACK, who, _reason(reason), {})
+        return self._move(record, Action.SIGNAL_ROLLBACK, who, why, {})
 
     def apply_verdict(
         self,
@@ -302,10 +305,9 @@ class ProtocolDesk:
         """The evaluator's transition, fenced by the sequence number it evaluated at."""
         if action not in VERDICTS:
             raise InvalidInput("action", f"must be a verdict ({', '.join(VERDICTS)}), got {action}")
+        why = _reason(reason)
         record = self._get(protocol_id, version)
-        return self._move(
-            record, action, EVALUATOR, _reason(reason), evidence, criterion, expected_seq
-        )
+        return self._move(record, action, EVALUATOR, why, evidence, criterion, expected_seq)
 
     def status(self, protocol_id: str, version: int, who: Identity) -> ProtocolStatus:
         """A version and its events."""

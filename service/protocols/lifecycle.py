@@ -137,15 +137,15 @@ OWNER_ACTIONS = frozenset({Action.SUBMIT, Action.START})
 def next_state(action: Action, current: State | None, mode: Mode) -> State:
     """The state `action` leads to from `current`, or raise `Conflict` saying why not."""
     rule = RULES[action]
-    if current not in rule.sources:
-        allowed = ", ".join(sorted(s.value if s else "(not recorded)" for s in rule.sources))
-        now = current.value if current else "not recorded"
-        raise Conflict(f"cannot {action.value}: the protocol is {now}; allowed from: {allowed}")
-    if action is Action.START and mode is Mode.ONLINE_BOUNDED and current is not State.APPROVED:
+    if action is Action.START and mode is Mode.ONLINE_BOUNDED and current in (None, State.DRAFT):
         raise Conflict(
             "cannot start: an `online-bounded` protocol starts only after approval by the"
             f" `safety` role; it is {current.value if current else 'not recorded'}"
         )
+    if current not in rule.sources:
+        allowed = ", ".join(sorted(s.value if s else "(not recorded)" for s in rule.sources))
+        now = current.value if current else "not recorded"
+        raise Conflict(f"cannot {action.value}: the protocol is {now}; allowed from: {allowed}")
     if action is Action.SIGNAL_ROLLBACK and mode is not Mode.ONLINE_BOUNDED:
         raise Conflict(
             "cannot signal rollback: only `online-bounded` protocols act, this is shadow"

@@ -49,6 +49,7 @@ from service.storage.outcomes import (
     rejoin_pending,
 )
 from service.storage.partitions import PartitionKeeper, ensure_partitions, list_partitions
+from service.storage.protocol_store import ProtocolStore
 from service.storage.queries import (
     LoggedDecision,
     LoggedRequest,
@@ -89,6 +90,7 @@ __all__ = [
     "PendingOutcome",
     "PolicyRow",
     "PolicySummary",
+    "ProtocolStore",
     "RequestRow",
     "SnapshotRow",
     "WriteResult",

@@ -9,7 +9,10 @@ a missing sub-message, an unspecified enum — are raised here as
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+from numpy.typing import NDArray
 
 from service.contract import (
     ClusterState,
@@ -43,6 +46,18 @@ _FAILURE_FROM_PB = {
 _FAILURE_TO_PB = {v: k for k, v in _FAILURE_FROM_PB.items()}
 
 
+def node_hardware_array(values: Sequence[int], n_hardware: int) -> NDArray[np.int32]:
+    """`state.node_hardware` as int32; an index too large for it is refused, not wrapped."""
+    wide = np.asarray(values, dtype=np.int64).reshape(-1)
+    bad = np.flatnonzero(wide > np.iinfo(np.int32).max)
+    if len(bad):
+        raise InvalidInput(
+            f"state.node_hardware[{bad[0]}]",
+            f"must index state.hardware (< {n_hardware}), got {wide[bad[0]]}",
+        )
+    return frozen_array(wide, np.int32)
+
+
 def state_from_pb(msg: pb.ClusterState) -> ClusterState:
     """Build a `ClusterState`; column lengths are checked by the validator."""
     n = len(msg.node_ids)
@@ -58,7 +73,7 @@ def state_from_pb(msg: pb.ClusterState) -> ClusterState:
             )
             for h in msg.hardware
         ),
-        node_hardware=frozen_array(msg.node_hardware, np.int32),
+        node_hardware=node_hardware_array(msg.node_hardware, len(msg.hardware)),
         accelerators_free=frozen_array(msg.accelerators_free, np.int32),
         accelerators_total=frozen_array(msg.accelerators_total, np.int32),
         cpu_free=frozen_array(msg.cpu_free, np.float32),

@@ -359,3 +359,25 @@ def test_listing_filters_by_state(
     with pytest.raises(PermissionDenied):
         desk.recorded(TOKENS["rt-runtime"])
     assert Identity("x", ActorRole.SYSTEM).role is ActorRole.SYSTEM
+
+
+def test_the_same_document_twice_is_recorded_once(
+    desk: ProtocolDesk, store: ProtocolStore, shadow_doc: dict[str, Any]
+) -> None:
+    doc = unique(shadow_doc)
+    desk.submit(doc, ALICE)
+    with pytest.raises(Conflict, match="already recorded"):
+        desk.submit(doc, ALICE)
+    assert len(event_rows(store.engine, doc["id"])) == 1
+
+
+def test_an_unreachable_database_is_unavailable(tmp_path: Any) -> None:
+    from service.contract.errors import Unavailable
+    from service.storage import make_engine
+
+    engine = make_engine(f"postgresql+psycopg://nobody@/none?host={tmp_path}")
+    try:
+        with pytest.raises(Unavailable, match="database unavailable while reading a protocol"):
+            ProtocolStore(engine).find("p", 1)
+    finally:
+        engine.dispose()

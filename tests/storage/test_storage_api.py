@@ -19,6 +19,7 @@ PUBLIC = {
     "PartitionKeeper",
     "PendingOutcome",
     "PolicySummary",
+    "ProtocolStore",
     "PolicyRow",
     "RequestRow",
     "SnapshotRow",
