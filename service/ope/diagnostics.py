@@ -30,6 +30,7 @@ batch diagnostics agree exactly up to float rounding.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,6 +74,8 @@ class DiagnosticSums:
     unusable_pscore: int = 0
     support_known: bool = True
     tail_threshold: float = TAIL_THRESHOLD
+    reward_min: float = math.inf
+    reward_max: float = -math.inf
 
     @staticmethod
     def of(data: BanditData, tail_threshold: float = TAIL_THRESHOLD) -> DiagnosticSums:
@@ -101,6 +104,8 @@ class DiagnosticSums:
             unusable_pscore=data.unusable_pscore,
             support_known=data.logging_dist is not None,
             tail_threshold=tail_threshold,
+            reward_min=float(data.reward.min()),
+            reward_max=float(data.reward.max()),
         )
 
     def merge(self, other: DiagnosticSums) -> DiagnosticSums:
@@ -121,6 +126,8 @@ class DiagnosticSums:
             support_known=(self.support_known or self.n == 0)
             and (other.support_known or other.n == 0),
             tail_threshold=self.tail_threshold,
+            reward_min=min(self.reward_min, other.reward_min),
+            reward_max=max(self.reward_max, other.reward_max),
         )
 
     def finish(self) -> Diagnostics:
@@ -144,6 +151,8 @@ class DiagnosticSums:
             support_known=self.support_known,
             logged_infeasible=self.logged_infeasible,
             unusable_pscore=self.unusable_pscore,
+            reward_min=self.reward_min,
+            reward_max=self.reward_max,
         )
 
 
@@ -181,8 +190,18 @@ def identification_failure(d: Diagnostics, support_tolerance: float = 0.0) -> st
     return None
 
 
-def caveats(d: Diagnostics, basis: Basis) -> tuple[str, ...]:
-    """Plain-language limits to print next to an estimate's number."""
+def caveats(d: Diagnostics, basis: Basis, value: float, half_width: float) -> tuple[str, ...]:
+    """Plain-language limits to print next to an estimate's number.
+
+    Args:
+        d: the diagnostics.
+        basis: the estimate's basis.
+        value: the estimate.
+        half_width: half the width of its normal interval; within two of these
+            of the logged outcome's range, a normal interval is a Wald interval
+            near a bound, which under-covers (e.g. a success rate near 1 with
+            few failures among the weighted rounds).
+    """
     out = []
     if basis is Basis.MODEL_BASED:
         out.append(
@@ -203,6 +222,18 @@ def caveats(d: Diagnostics, basis: Basis) -> tuple[str, ...]:
             out.append(
                 f"rounds with weight > {d.tail_threshold:g} carry {d.tail_weight_share:.0%} of "
                 "the weight: the estimate rests on few rounds"
+            )
+        near = min(d.reward_max - value, value - d.reward_min)
+        if d.reward_max == d.reward_min:
+            out.append(
+                f"every logged outcome equals {d.reward_min:g}: the interval reflects no "
+                "outcome variability; for bounded rewards prefer a betting sequence"
+            )
+        elif math.isfinite(half_width) and near < 2 * half_width:
+            out.append(
+                "the value is near the edge of the logged outcomes' range "
+                f"[{d.reward_min:g}, {d.reward_max:g}]: the normal interval may under-cover; "
+                "for bounded rewards prefer a betting sequence"
             )
         if not d.support_known:
             out.append(

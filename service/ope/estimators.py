@@ -115,14 +115,19 @@ def estimate(
         if bootstrap is None
         else bootstrap_interval(p, level, bootstrap)
     )
+    v = value(p)
+    half = (interval.upper - interval.lower) / 2
+    if bootstrap is not None:  # the caveat speaks of the normal interval
+        normal = normal_interval(psi, level)
+        half = (normal.upper - normal.lower) / 2
     return Estimate(
         estimator=est,
         basis=basis,
-        value=value(p),
+        value=v,
         interval=interval,
         n=data.n,
         diagnostics=diag,
-        caveats=caveats(diag, basis),
+        caveats=caveats(diag, basis, v, half),
         contributions=psi,
     )
 

@@ -146,6 +146,7 @@ class Diagnostics:
         logged_infeasible: logged actions outside the per-decision feasible set.
         unusable_pscore: rounds dropped before estimation because their propensity
             was missing or invalid (`service.ope.data.screen_pscore`).
+        reward_min, reward_max: the range of the logged outcome.
     """
 
     n: int
@@ -162,6 +163,8 @@ class Diagnostics:
     support_known: bool
     logged_infeasible: int
     unusable_pscore: int
+    reward_min: float
+    reward_max: float
 
     @property
     def unusable_share(self) -> float:

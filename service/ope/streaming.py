@@ -109,13 +109,14 @@ class StreamingEstimator:
                 return NotIdentifiable(self.estimator, failure, diag)
         value = self.moments.value()
         variance = self.moments.contribution_variance()
+        interval = normal_from_moments(value, variance, self.n, self.level)
         return Estimate(
             estimator=self.estimator,
             basis=basis,
             value=value,
-            interval=normal_from_moments(value, variance, self.n, self.level),
+            interval=interval,
             n=self.n,
             diagnostics=diag,
-            caveats=caveats(diag, basis),
+            caveats=caveats(diag, basis, value, (interval.upper - interval.lower) / 2),
             contributions=None,
         )

@@ -98,7 +98,8 @@ def linear_model(pool: ContextPool, draws: Draws, i: int) -> NDArray[np.float64]
     """A deliberately misspecified reward model: least squares, linear in the option features.
 
     Fitted on replication `i` (keep it out of the evaluation replications);
-    DEFER gets its own intercept. Returns ``q_hat``, shape ``(n_pool, A)``.
+    DEFER gets its own intercept; predictions are clipped to the range of the
+    outcomes it was fitted on. Returns ``q_hat``, shape ``(n_pool, A)``.
     """
     n, k, f = pool.features.shape
     a = k + 1
@@ -107,8 +108,9 @@ def linear_model(pool: ContextPool, draws: Draws, i: int) -> NDArray[np.float64]
     x[:, :k, f] = 1.0  # option intercept
     x[:, k, f + 1] = 1.0  # defer intercept
     rows = x[draws.context[i], draws.action[i]]
-    beta, *_ = np.linalg.lstsq(rows, draws.reward[i], rcond=None)
-    q_hat: NDArray[np.float64] = np.clip(x @ beta, 0.0, 1.0)
+    y = draws.reward[i]
+    beta, *_ = np.linalg.lstsq(rows, y, rcond=None)
+    q_hat: NDArray[np.float64] = np.clip(x @ beta, y.min(), y.max())
     return q_hat
 
 

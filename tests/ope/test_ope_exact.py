@@ -320,3 +320,30 @@ def test_bounds_rescale_the_betting_sequence() -> None:
     scaled.update(4 * x - 1)
     a, b = unit.interval(), scaled.interval()
     assert (b.lower, b.upper) == pytest.approx((4 * a.lower - 1, 4 * a.upper - 1))
+
+
+def test_batches_concatenate_back_to_the_log() -> None:
+    data = small(unusable_pscore=2)
+    parts_ = [data.subset(np.array([0, 1])), data.subset(np.array([2, 3]))]
+    back = BanditData.concatenate(parts_)
+    np.testing.assert_array_equal(back.reward, data.reward)
+    np.testing.assert_array_equal(back.action_dist, data.action_dist)
+    assert back.estimated_rewards is not None and back.feasible is None
+    a, b = estimate(back, Estimator.DR), estimate(data.with_target(data.action_dist), "dr")
+    assert isinstance(a, Estimate) and isinstance(b, Estimate) and a.value == b.value
+
+
+def test_a_running_intersection_keeps_the_tighter_bounds() -> None:
+    first = ProportionCS()
+    first.update_counts(30, 40)
+    later = ProportionCS()
+    later.update_counts(60, 90)
+    iv = first.interval().intersect(later.interval())
+    assert iv.lower == max(first.interval().lower, later.interval().lower)
+    assert iv.upper == min(first.interval().upper, later.interval().upper) and iv.n == 90
+
+
+def test_constant_outcomes_are_flagged() -> None:
+    result = estimate(small(reward=np.zeros(4)), Estimator.IPS)
+    assert isinstance(result, Estimate) and result.interval.width == 0
+    assert any("every logged outcome equals 0" in c for c in result.caveats)
