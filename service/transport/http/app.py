@@ -58,11 +58,33 @@ def status_for(exc: UnderstudyError) -> int:
     return 500
 
 
+def _inline_refs(node: Any, defs: dict[str, Any]) -> Any:
+    """`node` with each `#/$defs/...` reference replaced by its definition.
+
+    pydantic's `$defs` would be dangling once nested inside the OpenAPI document
+    (a `$ref` resolves from the document's root); the models are not recursive.
+    """
+    if isinstance(node, list):
+        return [_inline_refs(item, defs) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _inline_refs(value, defs) for key, value in node.items() if key != "$defs"}
+    ref = out.pop("$ref", None)
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        return _inline_refs(defs[ref.removeprefix("#/$defs/")], defs) | out
+    if ref is not None:
+        out["$ref"] = ref
+    return out
+
+
 def _body_schema(model: type[MirrorRequestModel] | type[OutcomeModel]) -> dict[str, Any]:
+    schema = model.model_json_schema()
     return {
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": model.model_json_schema()}},
+            "content": {
+                "application/json": {"schema": _inline_refs(schema, schema.get("$defs", {}))}
+            },
         }
     }
 
@@ -95,10 +117,15 @@ def create_http_app(
     `offload_appends` runs ingest in the thread pool: needed when every append
     fsyncs (journal_fsync=always), which would otherwise stall the event loop.
     """
+    # The generated docs routes are replaced by token-checked ones below: every
+    # endpoint but liveness and readiness needs a token.
     app = FastAPI(
         title="Understudy",
         version=__version__,
         description="Shadow evaluation of placement policies. Acks never carry a decision.",
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
     )
 
     @app.exception_handler(UnderstudyError)
@@ -179,8 +206,21 @@ def create_http_app(
         }
         return JSONResponse(body, status_code=200 if ok else 503)
 
-    @app.get("/metrics", summary="Prometheus metrics", include_in_schema=False)
-    async def prometheus_metrics() -> Response:
+    def any_role(request: Request) -> None:
+        try:
+            authority.require(request.headers.get("authorization"), *Role)
+        except AuthError as exc:
+            metrics.auth_failures.labels("http", type(exc).__name__).inc()
+            raise
+
+    @app.get("/metrics", summary="Prometheus metrics (any role)", include_in_schema=False)
+    async def prometheus_metrics(request: Request) -> Response:
+        any_role(request)
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/openapi.json", include_in_schema=False)
+    async def openapi(request: Request) -> JSONResponse:
+        any_role(request)
+        return JSONResponse(app.openapi())
 
     return app
