@@ -29,6 +29,7 @@ Example (abridged)::
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -60,6 +61,7 @@ _KEYS = frozenset(
         "time_budget_ms",
         "probabilities",
         "predictor",
+        "planning",
         "training_data",
         "evaluation",
         "build",
@@ -85,6 +87,29 @@ class TensorSpec:
     def to_dict(self) -> dict[str, Any]:
         """YAML-ready form."""
         return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
+
+
+@dataclass(frozen=True, slots=True)
+class PlanningSpec:
+    """How a planning policy turns its own outcome predictions into scores.
+
+    Present only on a policy that predicts with its own model instead of
+    scoring contract features (`service.policies.planner`). Per option, in log
+    throughput: ``score = mid - pessimism * (mid - lo) - packing_weight * free_after``.
+
+    Attributes:
+        pessimism: 0 plans on the median; 1 on the predictor's (conformal) low
+            quantile; above 1 extrapolates the interval further down.
+        packing_weight: a small preference for tight fits (contract feature
+            ``free_after``), so near-ties go to the fuller node.
+    """
+
+    pessimism: float
+    packing_weight: float = 0.0
+
+    def to_dict(self) -> dict[str, float]:
+        """YAML-ready form."""
+        return {"pessimism": self.pessimism, "packing_weight": self.packing_weight}
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +169,7 @@ class Manifest:
     evaluation: Mapping[str, Any] = field(default_factory=dict)
     build: Mapping[str, Any] = field(default_factory=dict)
     directory: Path = Path(".")
+    planning: PlanningSpec | None = None
 
     @property
     def model_path(self) -> Path:
@@ -153,6 +179,7 @@ class Manifest:
     def to_dict(self) -> dict[str, Any]:
         """YAML-ready form; `load_manifest` of its dump gives an equal manifest."""
         rule = self.probabilities
+        planning = {} if self.planning is None else {"planning": self.planning.to_dict()}
         return {
             "schema": MANIFEST_SCHEMA,
             "name": self.name,
@@ -174,6 +201,7 @@ class Manifest:
                 "defer_score": rule.defer_score,
             },
             "predictor": self.predictor,
+            **planning,
             "training_data": self.training_data.to_dict(),
             "evaluation": dict(self.evaluation),
             "build": dict(self.build),
@@ -241,6 +269,21 @@ class _Reader:
         except (TypeError, ValueError) as exc:
             raise PolicyLoadError(self.policy, f"`{where}`: {exc}") from exc
 
+    def planning(self, data: Mapping[str, Any]) -> PlanningSpec:
+        unknown = sorted(set(data) - {"pessimism", "packing_weight"})
+        if unknown:
+            raise self.fail(f"planning.{unknown[0]}", "is not a planning key")
+        spec = PlanningSpec(
+            pessimism=self.get(data, "pessimism", float, "planning"),
+            packing_weight=self.get(
+                {"packing_weight": 0.0, **data}, "packing_weight", float, "planning"
+            ),
+        )
+        for key, value in spec.to_dict().items():
+            if not (math.isfinite(value) and value >= 0):
+                raise self.fail(f"planning.{key}", f"must be finite and >= 0, got {value!r}")
+        return spec
+
     def summary(self, data: Mapping[str, Any]) -> TrainingSummary:
         where = "training_data"
         means = self.get(data, "feature_means", dict, where)
@@ -295,6 +338,11 @@ def parse_manifest(data: object, directory: Path) -> Manifest:
     predictor = data.get("predictor")
     if predictor is not None and not isinstance(predictor, str):
         raise r.fail("predictor", f"must be a predictor name or null, got {predictor!r}")
+    planning = data.get("planning")
+    if planning is not None and (kind != ManifestKind.POLICY or not isinstance(planning, dict)):
+        raise r.fail("planning", f"must be a mapping on a policy, got {planning!r}")
+    if planning is not None and predictor is not None:
+        raise r.fail("predictor", "must be null on a planning policy (it predicts with its model)")
     return Manifest(
         name=name,
         version=str(r.get(data, "version", str)),
@@ -314,6 +362,7 @@ def parse_manifest(data: object, directory: Path) -> Manifest:
         evaluation=dict(data.get("evaluation") or {}),
         build=dict(data.get("build") or {}),
         directory=directory,
+        planning=None if planning is None else r.planning(planning),
     )
 
 

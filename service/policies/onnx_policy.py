@@ -14,13 +14,14 @@ only from `Exception`); they are translated here, at the boundary, into
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import onnxruntime as ort
 from numpy.typing import NDArray
 from onnxruntime.capi import onnxruntime_pybind11_state as _ort_state
 
+from service.contract import MirrorRequest
 from service.policies.base import PolicyDecisions, ScoringBatch
 from service.policies.errors import PolicyLoadError, PolicyScoringError
 from service.policies.manifest import Manifest, TensorSpec
@@ -179,10 +180,19 @@ class OnnxModel:
 
 
 class OnnxPredictor:
-    """A throughput-quantile predictor over `PREDICTOR_FEATURES` rows."""
+    """A throughput-quantile predictor over the rows of its feature function.
 
-    def __init__(self, model: OnnxModel) -> None:
+    `features` is `PREDICTOR_FEATURES` for the Gavel predictor; the outcome
+    predictor learned from simulated logs uses `OUTCOME_FEATURES`.
+    """
+
+    def __init__(
+        self,
+        model: OnnxModel,
+        features: Callable[[Sequence[MirrorRequest]], NDArray[np.float32]] = PREDICTOR_FEATURES,
+    ) -> None:
         self._model = model
+        self._features = features
 
     @property
     def name(self) -> str:
@@ -219,7 +229,7 @@ class OnnxPredictor:
 
     def predict(self, batch: ScoringBatch) -> dict[str, NDArray[np.float32]]:
         """Throughput and completion-time quantiles per option row."""
-        x = PREDICTOR_FEATURES(batch.requests)
+        x = self._features(batch.requests)
         if len(x) != len(batch.mask):
             raise PolicyScoringError(
                 self.name,

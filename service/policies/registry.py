@@ -13,6 +13,11 @@ names the policy and the problem:
 5. a policy's predictor, if named, has loaded;
 6. `check_policy` / `check_predictor` pass on a probe batch.
 
+Predictors are read with the feature function their manifest names (the
+Gavel predictor's, or the outcome features of the predictor learned from
+simulated logs). A policy with a ``planning`` block is an `LcbPlanner`: its
+model is an outcome predictor (``[N, 18] -> [N, 3]``) it scores with.
+
 A refused manifest never stops the others: the registry loads the rest and
 reports the refusals. Predictors load first, so policies can use them. The
 built-in baselines are added beside the ONNX policies.
@@ -36,9 +41,10 @@ from service.policies.check import check_policy, check_predictor
 from service.policies.errors import PolicyConformanceError, PolicyLoadError
 from service.policies.manifest import MANIFEST_FILE, Manifest, ManifestKind, load_manifest
 from service.policies.onnx_policy import OnnxModel, OnnxPolicy, OnnxPredictor
+from service.policies.outcome_features import OUTCOME_FEATURES, OutcomeFeatureFunction
+from service.policies.planner import LcbPlanner
 from service.policies.predictor import Predictor
 from service.policies.predictor_features import (
-    N_PREDICTOR_FEATURES,
     PREDICTOR_FEATURES,
     PredictorFeatureFunction,
 )
@@ -133,8 +139,15 @@ class _Loader:
             )
         return data
 
+    def _predictor_features(self, m: Manifest) -> PredictorFeatureFunction | OutcomeFeatureFunction:
+        """The Gavel features, or the outcome features when the manifest names them."""
+        if m.feature_version == OUTCOME_FEATURES.version:
+            return OUTCOME_FEATURES
+        return self.predictor_features
+
     def _check_features(self, m: Manifest) -> None:
-        want = self.features if m.kind is ManifestKind.POLICY else self.predictor_features
+        scores_contract = m.kind is ManifestKind.POLICY and m.planning is None
+        want = self.features if scores_contract else self._predictor_features(m)
         if m.feature_version != want.version or m.feature_hash != want.definition_hash:
             raise PolicyLoadError(
                 m.name,
@@ -143,13 +156,13 @@ class _Loader:
                 f" {want.definition_hash[:12]}; rebuild the model for the current features",
             )
 
-    def load(self, m: Manifest) -> OnnxPolicy | OnnxPredictor:
+    def load(self, m: Manifest) -> OnnxPolicy | OnnxPredictor | LcbPlanner:
         data = self._verified_bytes(m)
         self._check_features(m)
-        if m.kind is ManifestKind.POLICY:
+        if m.kind is ManifestKind.POLICY and m.planning is None:
             _expect_shapes(m, N_FEATURES, (1,))
         else:
-            _expect_shapes(m, N_PREDICTOR_FEATURES, (3,))
+            _expect_shapes(m, len(self._predictor_features(m).names), (3,))
         model = OnnxModel(
             m,
             data,
@@ -158,15 +171,20 @@ class _Loader:
         )
         try:
             if m.kind is ManifestKind.PREDICTOR:
-                predictor = OnnxPredictor(model)
+                predictor = OnnxPredictor(model, self._predictor_features(m))
                 check_predictor(predictor, self.probe)
                 return predictor
+            assert m.probabilities is not None  # parse_manifest requires it for policies
+            if m.planning is not None:
+                rows = OnnxPredictor(model, self._predictor_features(m))
+                planner = LcbPlanner(m.name, m.version, rows, m.planning, m.probabilities)
+                check_policy(planner, self.probe)
+                return planner
             if m.predictor is not None and m.predictor not in self.predictors:
                 raise PolicyLoadError(
                     m.name, f"uses predictor `{m.predictor}`, which is not loaded"
                 )
             used = self.predictors[m.predictor] if m.predictor is not None else None
-            assert m.probabilities is not None  # parse_manifest requires it for policies
             policy = OnnxPolicy(model, m.probabilities, used)
             check_policy(policy, self.probe)
             return policy

@@ -25,6 +25,7 @@ from .conftest import POLICIES_DIR
 MANIFESTS = sorted(p.parent.name for p in POLICIES_DIR.glob("*/policy.yaml"))
 SCORER, PREDICTOR = "gavel-scorer", "gavel-throughput"
 BASELINES = {"production-mirror", "random-feasible", "first-fit", "best-fit", "least-loaded"}
+LEARNED = {"lcb-planner", "iwr-scorer"}  # `understudy train` (service/learning), docs/learning.md
 
 
 def test_policies_folder_has_the_shipped_models() -> None:
@@ -33,8 +34,8 @@ def test_policies_folder_has_the_shipped_models() -> None:
 
 def test_committed_artifacts_load_without_refusals(registry: Registry) -> None:
     assert dict(registry.refused) == {}
-    assert set(registry.policies) == {SCORER, "throughput-greedy"} | BASELINES
-    assert set(registry.predictors) == {PREDICTOR}
+    assert set(registry.policies) == {SCORER, "throughput-greedy"} | BASELINES | LEARNED
+    assert set(registry.predictors) == {PREDICTOR, "learned-outcome"}
     assert registry.time_budgets_s[SCORER] == pytest.approx(0.02)
 
 

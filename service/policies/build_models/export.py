@@ -80,8 +80,10 @@ def _prefixed(
     return nodes, inits, rename(model.graph.output[0].name)
 
 
-def predictor_onnx(models: QuantileModels, n_features: int) -> onnx.ModelProto:
-    """One graph computing `QuantileModels.predict`."""
+def predictor_onnx(
+    models: QuantileModels, n_features: int, name: str = "gavel_throughput"
+) -> onnx.ModelProto:
+    """One graph, named `name`, computing `QuantileModels.predict`."""
     nodes: list[onnx.NodeProto] = []
     inits: list[onnx.TensorProto] = []
     outs = []
@@ -103,7 +105,7 @@ def predictor_onnx(models: QuantileModels, n_features: int) -> onnx.ModelProto:
     ]
     graph = helper.make_graph(
         nodes,
-        "gavel_throughput",
+        name,
         [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT, [None, n_features])],
         [helper.make_tensor_value_info(PREDICTOR_OUTPUT, TensorProto.FLOAT, [None, 3])],
         initializer=inits,
@@ -118,9 +120,9 @@ def predictor_onnx(models: QuantileModels, n_features: int) -> onnx.ModelProto:
     return model
 
 
-def scorer_onnx(pipeline: Any, n_features: int) -> onnx.ModelProto:
-    """The scoring pipeline (scaler + MLP) with output renamed to ``scores``."""
-    model = _convert(pipeline, n_features, "gavel_scorer", SCORER_OUTPUT)
+def scorer_onnx(pipeline: Any, n_features: int, name: str = "gavel_scorer") -> onnx.ModelProto:
+    """A scoring regressor (e.g. scaler + MLP) with output renamed to ``scores``."""
+    model = _convert(pipeline, n_features, name, SCORER_OUTPUT)
     onnx.checker.check_model(model, full_check=True)
     return model
 
