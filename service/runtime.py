@@ -26,6 +26,7 @@ from service.policies.registry import Registry
 from service.readiness import Readiness
 from service.settings import Settings
 from service.transport.grpc.servicer import SERVICE_NAME
+from service.transport.http.slow_clients import RequestDeadlineProtocol
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -72,7 +73,12 @@ class Service:
                 "ssl_keyfile": str(self.settings.tls_key_file),
             }
         config = uvicorn.Config(
-            self.http_app, log_level="warning", access_log=False, lifespan="off", **tls
+            self.http_app,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            http=RequestDeadlineProtocol,  # slow-loris: timeout_keep_alive also bounds a request
+            **tls,
         )
         server = uvicorn.Server(config)
         self._http_server = server

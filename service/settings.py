@@ -21,7 +21,10 @@ class Settings(BaseSettings):
     """Everything an operator can configure."""
 
     model_config = SettingsConfigDict(
-        env_prefix="UNDERSTUDY_", use_attribute_docstrings=True, extra="forbid"
+        env_prefix="UNDERSTUDY_",
+        use_attribute_docstrings=True,
+        extra="forbid",
+        hide_input_in_errors=True,  # a misconfigured raw token must not reach the logs
     )
 
     data_dir: Path = Path("data")
@@ -99,7 +102,7 @@ class Settings(BaseSettings):
     scoring_enabled: bool = True
     """Run the scorer and decision log; off only for ingest-only deployments and tests."""
 
-    auth_tokens: dict[str, str] = Field(default_factory=dict)
+    auth_tokens: dict[str, str] = Field(default_factory=dict, repr=False)
     """Bearer tokens, stored as sha256 hex digest -> "role" or "role:principal"
     (JSON in the environment), e.g. {"<digest>": "safety:dave"}. The principal is
     matched against protocol owners (an owner cannot approve). Make a digest with

@@ -20,6 +20,17 @@ from service.contract.errors import InvalidInput, UnsupportedSchemaVersion
 from service.contract.outcome import Outcome
 from service.contract.request import SUPPORTED_SCHEMA_VERSIONS, MirrorRequest, ProductionDecision
 
+MAX_UNIX_SECONDS = 253_402_300_799.0
+"""9999-12-31T23:59:59Z: the latest instant every timestamp type downstream can hold
+(Python's `datetime`; PostgreSQL's `timestamptz` reaches further). A later time
+would be acked, then fail every attempt to log it."""
+
+MAX_QUANTITY = 1e12
+"""Largest hardware capability or workload quantity accepted (GB, TFLOP/s, GB/s,
+cores, seconds, billions of parameters, work units): orders of magnitude above
+anything real, and small enough that every feature stays finite in float32 (a
+larger finite value overflowed the feature matrix to inf)."""
+
 
 @dataclass(frozen=True, slots=True)
 class RequestLimits:
@@ -36,11 +47,41 @@ def _first_bad(mask: NDArray[np.bool_]) -> int | None:
     return int(bad[0]) if len(bad) else None
 
 
+def _check_text(field: str, value: str) -> None:
+    # PostgreSQL text cannot hold NUL: such a value would be acked, then fail
+    # every attempt to log it.
+    if "\x00" in value:
+        raise InvalidInput(field, f"must not contain NUL characters, got {value!r}")
+
+
 def _check_id(field: str, value: str, limits: RequestLimits) -> None:
     if not value:
         raise InvalidInput(field, "must be a non-empty string")
     if len(value) > limits.max_id_length:
         raise InvalidInput(field, f"must be at most {limits.max_id_length} characters")
+    _check_text(field, value)
+
+
+_HARDWARE_QUANTITIES = (
+    "accelerator_memory_gb",
+    "peak_dense_tflops",
+    "memory_bandwidth_gbps",
+    "interconnect_gbps",
+)
+
+
+def _check_quantity(field: str, value: float) -> None:
+    if value > MAX_QUANTITY:
+        raise InvalidInput(field, f"must be at most {MAX_QUANTITY:g}, got {value}")
+
+
+def _check_time(field: str, value: float) -> None:
+    if not (math.isfinite(value) and 0 < value <= MAX_UNIX_SECONDS):
+        raise InvalidInput(
+            field,
+            f"must be positive Unix seconds no later than {MAX_UNIX_SECONDS:.0f} "
+            f"(year 9999), got {value}",
+        )
 
 
 def _check_column(field: str, values: NDArray[Any], n: int, minimum: float | None = 0.0) -> None:
@@ -89,6 +130,8 @@ def validate_state(request: MirrorRequest, limits: RequestLimits) -> None:
         raise InvalidInput("state.hardware", "must describe at least one hardware class")
     for i, hw in enumerate(s.hardware):
         hw.validate(f"state.hardware[{i}]")
+        for name in _HARDWARE_QUANTITIES:
+            _check_quantity(f"state.hardware[{i}].{name}", getattr(hw, name))
     _check_column("state.node_hardware", s.node_hardware, n)
     bad = _first_bad(s.node_hardware >= len(s.hardware))
     if bad is not None:
@@ -128,10 +171,7 @@ def validate_request(request: MirrorRequest, limits: RequestLimits | None = None
             f"must be one of {sorted(SUPPORTED_SCHEMA_VERSIONS)}, got {request.schema_version}",
         )
     _check_id("request_id", request.request_id, limits)
-    if not math.isfinite(request.request_time) or request.request_time <= 0:
-        raise InvalidInput(
-            "request_time", f"must be positive Unix seconds, got {request.request_time}"
-        )
+    _check_time("request_time", request.request_time)
     validate_state(request, limits)
     validate_workload(request)
     o = request.options
@@ -177,10 +217,13 @@ def validate_workload(request: MirrorRequest) -> None:
     """Check the workload's numbers and identifiers."""
     w = request.workload
     _check_id("workload.workload_id", w.workload_id, RequestLimits())
+    _check_text("workload.tenant", w.tenant)
+    _check_text("workload.model_family", w.model_family)
     for name in ("model_size_b", "accelerator_memory_gb", "cpu_per_node", "memory_per_node_gb"):
         value = getattr(w, name)
         if not math.isfinite(value) or value < 0:
             raise InvalidInput(f"workload.{name}", f"must be finite and >= 0, got {value}")
+        _check_quantity(f"workload.{name}", value)
     if w.accelerators < 0:
         raise InvalidInput("workload.accelerators", f"must be >= 0, got {w.accelerators}")
     if w.gang_size < 1:
@@ -189,15 +232,14 @@ def validate_workload(request: MirrorRequest) -> None:
         value = getattr(w, name)
         if value is not None and not (math.isfinite(value) and value > 0):
             raise InvalidInput(f"workload.{name}", f"must be finite and > 0 when set, got {value}")
+        if value is not None:
+            _check_quantity(f"workload.{name}", value)
 
 
 def validate_outcome(outcome: Outcome, limits: RequestLimits | None = None) -> None:
     """Raise `InvalidInput` unless `outcome` satisfies the contract."""
     _check_id("request_id", outcome.request_id, limits or RequestLimits())
-    if not math.isfinite(outcome.observed_at) or outcome.observed_at <= 0:
-        raise InvalidInput(
-            "observed_at", f"must be positive Unix seconds, got {outcome.observed_at}"
-        )
+    _check_time("observed_at", outcome.observed_at)
     for name in ("queue_delay_s", "throughput", "completion_time_s"):
         value = getattr(outcome, name)
         if value is not None and not (math.isfinite(value) and value >= 0):

@@ -154,6 +154,46 @@ CASES: list[
         "`options.node_index[0]`",
     ),
     (
+        "NUL in request id",
+        lambda m: setattr(m, "request_id", "req\x00id"),
+        lambda b: b.update(request_id="req\x00id"),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        400,
+        "`request_id`",
+    ),
+    (
+        "NUL in tenant",
+        lambda m: setattr(m.workload, "tenant", "team\x00"),
+        lambda b: b["workload"].update(tenant="team\x00"),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        400,
+        "`workload.tenant`",
+    ),
+    (
+        "request time past year 9999",
+        lambda m: setattr(m, "request_time", 1e15),
+        lambda b: b.update(request_time=1e15),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        400,
+        "`request_time`",
+    ),
+    (
+        "absurd hardware capability",
+        lambda m: setattr(m.state.hardware[0], "accelerator_memory_gb", 1e300),
+        lambda b: b["state"]["hardware"][0].update(accelerator_memory_gb=1e300),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        400,
+        "`state.hardware[0].accelerator_memory_gb` must be at most",
+    ),
+    (
+        "hardware index beyond int32",
+        lambda m: m.state.node_hardware.__setitem__(0, 2**32 - 1),
+        lambda b: b["state"]["node_hardware"].__setitem__(0, 2**32 - 1),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        400,
+        "`state.node_hardware[0]` must index state.hardware",
+    ),
+    (
         "10 MB body",
         lambda m: setattr(m.workload, "tenant", BIG),
         lambda b: b["workload"].update(tenant=BIG),
@@ -213,6 +253,80 @@ def test_http_refuses_bad_input_and_serves_the_next(
     assert _counted(service, "http") == 1
     ok = http.post("/v1/mirror", content=mirror_to_json(requests_sample[1]))
     assert ok.status_code == 202 and ok.json()["status"] == "accepted"
+
+
+# JSON numbers that their protobuf twin could not hold (found by schemathesis:
+# they used to fail in the encoder or in numpy, as HTTP 500).
+HTTP_ONLY: list[tuple[str, Callable[[Body], None], str]] = [
+    (
+        "int32 overflow",
+        lambda b: b["workload"].update(accelerators=2**40),
+        "`workload.accelerators`",
+    ),
+    ("negative uint32", lambda b: b.update(schema_version=-1), "`schema_version`"),
+    (
+        "int64 overflow",
+        lambda b: b["options"]["node_offsets"].__setitem__(0, 2**70),
+        "`options.node_offsets[0]`",
+    ),
+    (
+        "float32 overflow",
+        lambda b: b["state"]["cpu_free"].__setitem__(0, 1e300),
+        "`state.cpu_free[0]`",
+    ),
+    ("option overflow", lambda b: b["production"].update(option=2**40), "`production.option`"),
+    (
+        "hardware index beyond uint32",
+        lambda b: b["state"]["node_hardware"].__setitem__(0, 2**40),
+        "`state.node_hardware[0]`",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("body_mutation", "named"), [pytest.param(c[1], c[2], id=c[0]) for c in HTTP_ONLY]
+)
+def test_http_refuses_numbers_out_of_their_wire_range(
+    service: Service,
+    http: httpx.Client,
+    requests_sample: list[MirrorRequest],
+    body_mutation: Callable[[Body], None],
+    named: str,
+) -> None:
+    body = json.loads(mirror_to_json(requests_sample[0]))
+    body_mutation(body)
+    response = http.post("/v1/mirror", content=json.dumps(body))
+    assert response.status_code == 400, response.text
+    assert named in response.json()["message"]
+    assert _counted(service, "http") == 1
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"observed_at": 1e15}, "`observed_at`"),
+        ({"request_id": "req\x00id"}, "`request_id`"),
+    ],
+    ids=["observed past year 9999", "NUL in request id"],
+)
+def test_outcomes_that_could_not_be_logged_are_refused_on_both_transports(
+    service: Service,
+    stub: shadow_pb2_grpc.ShadowEvaluationStub,
+    auth: tuple[tuple[str, str], ...],
+    http: httpx.Client,
+    change: dict[str, Any],
+    named: str,
+) -> None:
+    fields = {"request_id": "r-1", "observed_at": 1.7e9, "failure": "none"} | change
+    response = http.post("/v1/outcomes", content=json.dumps(fields))
+    assert response.status_code == 400 and named in response.json()["message"]
+    message = contract_pb2.Outcome(failure=contract_pb2.FAILURE_KIND_NONE)
+    message.request_id, message.observed_at = fields["request_id"], fields["observed_at"]
+    with pytest.raises(grpc.RpcError) as err:
+        stub.ReportOutcome(message, metadata=auth)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert named in (err.value.details() or "")
+    assert service.journal.head_seq == 0
 
 
 def test_malformed_protobuf_is_invalid_argument(
@@ -280,3 +394,40 @@ def test_credentials_are_checked_on_both_transports(
     assert failures("understudy_auth_failures_total", {"transport": "grpc", "reason": kind}) == 1
     assert failures("understudy_auth_failures_total", {"transport": "http", "reason": kind}) == 1
     assert service.journal.head_seq == 0, "nothing unauthenticated may reach the journal"
+
+
+def test_stream_refuses_stale_sequences_without_journaling_them(
+    service: Service,
+    stub: shadow_pb2_grpc.ShadowEvaluationStub,
+    auth: tuple[tuple[str, str], ...],
+    requests_sample: list[MirrorRequest],
+) -> None:
+    """Found by the gRPC fuzzer: a stale sequence used to be journaled *and* rejected."""
+
+    def envelope(sequence: int, request_id: str, valid: bool = True) -> Any:
+        msg = mirror_request_to_pb(requests_sample[0])
+        msg.request_id = request_id
+        if not valid:
+            msg.ClearField("state")
+        return shadow_pb2.MirrorStreamRequest(sequence=sequence, request=msg)
+
+    sent = [
+        envelope(1, "first"),
+        envelope(1, "stale-repeat"),
+        envelope(3, "invalid", valid=False),
+        envelope(2, "stale-after-invalid"),
+        envelope(4, "fourth"),
+    ]
+    acks = list(stub.MirrorStream(iter(sent), metadata=auth))
+    refused = [(a.sequence, a.status) for a in acks if a.status != shadow_pb2.ACK_STATUS_ACCEPTED]
+    assert refused == [(1, shadow_pb2.ACK_STATUS_REJECTED)] + [
+        (seq, shadow_pb2.ACK_STATUS_REJECTED) for seq in (3, 2)
+    ]
+    assert (acks[-1].accepted, acks[-1].rejected) == (2, 3)
+    journaled = [
+        contract_pb2.MirrorRequest.FromString(r.payload).request_id
+        for r in service.journal.read("scorer", 100)
+    ]
+    assert journaled == ["first", "fourth"]
+    assert _counted(service, "grpc_stream") == 3
+    assert _counted(service, "grpc_stream", "accepted") == 2

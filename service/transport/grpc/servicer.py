@@ -103,7 +103,7 @@ class ShadowEvaluationServicer:
         """Bidirectional mirror stream with cumulative acks by sequence number."""
         self._authorise(context)
 
-        def handle(raw: bytes) -> tuple[int, IngestResult]:
+        def open_envelope(raw: bytes) -> tuple[int, Callable[[], IngestResult]]:
             envelope = shadow_pb2.MirrorStreamRequest()
             _parse(envelope, raw, "message", self._limit + 64)
             if not envelope.HasField("request"):
@@ -113,9 +113,9 @@ class ShadowEvaluationServicer:
             def decode() -> tuple[MirrorRequest, bytes]:
                 return mirror_request_from_pb(envelope.request), payload
 
-            return envelope.sequence, self._ingest.mirror("grpc_stream", decode)
+            return envelope.sequence, lambda: self._ingest.mirror("grpc_stream", decode)
 
-        return self._run_stream(requests, context, handle, "mirror")
+        return self._run_stream(requests, context, open_envelope, "mirror")
 
     def report_outcome_stream(
         self, requests: Iterator[bytes], context: grpc.ServicerContext
@@ -123,7 +123,7 @@ class ShadowEvaluationServicer:
         """Bidirectional outcome stream with cumulative acks."""
         self._authorise(context)
 
-        def handle(raw: bytes) -> tuple[int, IngestResult]:
+        def open_envelope(raw: bytes) -> tuple[int, Callable[[], IngestResult]]:
             envelope = shadow_pb2.OutcomeStreamRequest()
             _parse(envelope, raw, "message", self._limit + 64)
             if not envelope.HasField("outcome"):
@@ -133,15 +133,15 @@ class ShadowEvaluationServicer:
             def decode() -> tuple[Outcome, bytes]:
                 return outcome_from_pb(envelope.outcome), payload
 
-            return envelope.sequence, self._ingest.outcome("grpc_stream", decode)
+            return envelope.sequence, lambda: self._ingest.outcome("grpc_stream", decode)
 
-        return self._run_stream(requests, context, handle, "outcome")
+        return self._run_stream(requests, context, open_envelope, "outcome")
 
     def _run_stream(
         self,
         requests: Iterator[bytes],
         context: grpc.ServicerContext,
-        handle: Callable[[bytes], tuple[int, IngestResult]],
+        open_envelope: Callable[[bytes], tuple[int, Callable[[], IngestResult]]],
         kind: str,
     ) -> Iterator[shadow_pb2.StreamAck]:
         progress = StreamProgress()
@@ -149,7 +149,7 @@ class ShadowEvaluationServicer:
         def consume() -> None:
             try:
                 for raw in requests:
-                    self._consume_one(raw, handle, progress, kind)
+                    self._consume_one(raw, open_envelope, progress, kind)
             except grpc.RpcError:
                 log.info("%s stream ended by the client", kind)
             except Exception:  # a reader must never die silently and hang the acks
@@ -163,19 +163,20 @@ class ShadowEvaluationServicer:
     def _consume_one(
         self,
         raw: bytes,
-        handle: Callable[[bytes], tuple[int, IngestResult]],
+        open_envelope: Callable[[bytes], tuple[int, Callable[[], IngestResult]]],
         progress: StreamProgress,
         kind: str,
     ) -> None:
+        # The sequence is checked before ingesting: a message refused for its
+        # sequence must not reach the journal (it would be scored, yet acked
+        # REJECTED and counted twice).
         try:
-            sequence, result = handle(raw)
+            sequence, ingest = open_envelope(raw)
         except InvalidInput as exc:
-            if exc.field in ("message", "request", "outcome"):
-                # The envelope itself was unreadable: not counted by the engine yet.
-                self._ingest.count_rejection("grpc_stream", kind, exc)
-            # Best effort: a message we could not read has no sequence of its own.
-            progress.record(shadow_pb2.ACK_STATUS_REJECTED, progress.last_sequence + 1)
+            # The envelope itself was unreadable; it has no sequence of its own.
+            self._ingest.count_rejection("grpc_stream", kind, exc)
             progress.last_sequence += 1
+            progress.record(shadow_pb2.ACK_STATUS_REJECTED, progress.last_sequence)
             return
         if sequence <= progress.last_sequence:
             self._ingest.count_rejection(
@@ -188,6 +189,11 @@ class ShadowEvaluationServicer:
             progress.record(shadow_pb2.ACK_STATUS_REJECTED, sequence)
             return
         progress.last_sequence = sequence
+        try:
+            result = ingest()
+        except InvalidInput:  # already counted by the engine
+            progress.record(shadow_pb2.ACK_STATUS_REJECTED, sequence)
+            return
         progress.record(_PB_STATUS[result.status], sequence)
 
 

@@ -8,12 +8,14 @@ bodies from the same pydantic models.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.requests import ClientDisconnect
 
 from service import __version__
 from service.auth import Role, TokenAuthority
@@ -89,19 +91,31 @@ def _body_schema(model: type[MirrorRequestModel] | type[OutcomeModel]) -> dict[s
     }
 
 
-async def _read_limited(request: Request, limit: int) -> bytes:
+@dataclass(frozen=True, slots=True)
+class _Body:
+    """What was read of a request body, and why reading stopped early, if it did."""
+
+    data: bytes
+    too_large: bool = False
+    cut_short: bool = False
+
+
+async def _read_limited(request: Request, limit: int) -> _Body:
     """Read at most `limit + 1` bytes: enough to know the body is too large."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        return b"\0" * (limit + 1)
+        return _Body(b"", too_large=True)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > limit:
-            break
-    return b"".join(chunks)
+    try:
+        async for chunk in request.stream():
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                return _Body(b"", too_large=True)
+    except ClientDisconnect:  # went away, or cut off by the read deadline (slow_clients.py)
+        return _Body(b"".join(chunks), cut_short=True)
+    return _Body(b"".join(chunks))
 
 
 def create_http_app(
@@ -145,10 +159,14 @@ def create_http_app(
             metrics.auth_failures.labels("http", type(exc).__name__).inc()
             raise
 
-    def checked(what: str, body: bytes) -> bytes:
-        if len(body) > max_request_bytes:
+    def checked(what: str, body: _Body) -> bytes:
+        if body.too_large:
             raise PayloadTooLarge(what, f"exceeds the limit of {max_request_bytes} bytes")
-        return body
+        if body.cut_short:
+            raise InvalidInput(
+                what, f"ended after {len(body.data)} bytes: the client went away or was too slow"
+            )
+        return body.data
 
     def ack(result: IngestResult) -> JSONResponse:
         model = AckModel(status=result.status.value, request_id=result.request_id)

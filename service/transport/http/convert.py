@@ -27,7 +27,7 @@ from service.transport.http.models import (
     ProductionDecisionModel,
     WorkloadModel,
 )
-from service.wire.convert import mirror_request_to_pb, outcome_to_pb
+from service.wire.convert import mirror_request_to_pb, node_hardware_array, outcome_to_pb
 
 
 def invalid_from_pydantic(exc: pydantic.ValidationError) -> InvalidInput:
@@ -44,8 +44,6 @@ def invalid_from_pydantic(exc: pydantic.ValidationError) -> InvalidInput:
 
 
 def _state(s: ClusterStateModel) -> ClusterState:
-    if any(v < 0 for v in s.node_hardware):
-        raise InvalidInput("state.node_hardware", "must be non-negative indices")
     return ClusterState(
         node_ids=tuple(s.node_ids),
         hardware=tuple(
@@ -58,7 +56,7 @@ def _state(s: ClusterStateModel) -> ClusterState:
             )
             for h in s.hardware
         ),
-        node_hardware=frozen_array(s.node_hardware, np.int32),
+        node_hardware=node_hardware_array(s.node_hardware, len(s.hardware)),
         accelerators_free=frozen_array(s.accelerators_free, np.int32),
         accelerators_total=frozen_array(s.accelerators_total, np.int32),
         cpu_free=frozen_array(s.cpu_free, np.float32),
@@ -79,24 +77,12 @@ def _production(p: ProductionDecisionModel | None) -> ProductionDecision | None:
     return None if p is None else ProductionDecision(option=p.option, propensity=p.propensity)
 
 
-_INT32 = 2**31 - 1
-
-
-def _check_int32(field: str, values: list[int]) -> None:
-    if any(not -_INT32 - 1 <= v <= _INT32 for v in values):
-        raise InvalidInput(field, "values must fit in 32-bit integers")
-
-
 def mirror_from_json(body: bytes) -> tuple[MirrorRequest, bytes]:
     """Parse, convert and encode an HTTP mirror body; payload is the protobuf bytes."""
     try:
         m = MirrorRequestModel.model_validate_json(body)
     except pydantic.ValidationError as exc:
         raise invalid_from_pydantic(exc) from exc
-    for name in ("accelerators_free", "accelerators_total", "queue_length"):
-        _check_int32(f"state.{name}", getattr(m.state, name))
-    _check_int32("options.node_index", m.options.node_index)
-    _check_int32("options.accelerators", m.options.accelerators)
     w = m.workload
     request = MirrorRequest(
         schema_version=m.schema_version,

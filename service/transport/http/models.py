@@ -7,9 +7,16 @@ shape), so one document describes both transports. They stop at the transport:
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+# The protobuf field types, so a JSON number that its protobuf twin could not
+# hold is refused here, naming the field, instead of failing in the encoder.
+Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
+UInt32 = Annotated[int, Field(ge=0, le=2**32 - 1)]
+Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
+Float32 = Annotated[float, Field(ge=-3.4028234663852886e38, le=3.4028234663852886e38)]
 
 
 class _Strict(BaseModel):
@@ -31,20 +38,20 @@ class ClusterStateModel(_Strict):
 
     node_ids: list[str]
     hardware: list[HardwareClassModel]
-    node_hardware: list[int]
-    accelerators_free: list[int]
-    accelerators_total: list[int]
-    cpu_free: list[float]
-    cpu_total: list[float]
-    memory_free_gb: list[float]
-    memory_total_gb: list[float]
-    utilisation: list[float]
-    queue_length: list[int]
+    node_hardware: list[UInt32]
+    accelerators_free: list[Int32]
+    accelerators_total: list[Int32]
+    cpu_free: list[Float32]
+    cpu_total: list[Float32]
+    memory_free_gb: list[Float32]
+    memory_total_gb: list[Float32]
+    utilisation: list[Float32]
+    queue_length: list[Int32]
     healthy: list[bool]
     draining: list[bool]
     zone: list[str]
     locality: list[str]
-    label_offsets: list[int] = Field(default_factory=list)
+    label_offsets: list[UInt32] = Field(default_factory=list)
     labels: list[str] = Field(default_factory=list)
 
 
@@ -55,12 +62,12 @@ class WorkloadModel(_Strict):
     kind: Literal["train", "finetune", "infer", "batch"]
     model_family: str
     model_size_b: float
-    accelerators: int
+    accelerators: Int32
     accelerator_memory_gb: float
     cpu_per_node: float
     memory_per_node_gb: float
-    gang_size: int
-    priority: int
+    gang_size: Int32
+    priority: Int32
     tenant: str
     slo_seconds: float | None = None
     work_units: float | None = None
@@ -72,23 +79,23 @@ class WorkloadModel(_Strict):
 class PlacementOptionsModel(_Strict):
     """Options in CSR form (see docs/contract.md)."""
 
-    node_offsets: list[int]
-    node_index: list[int]
-    accelerators: list[int]
+    node_offsets: list[Int64]
+    node_index: list[Int32]
+    accelerators: list[Int32]
     option_ids: list[str] = Field(default_factory=list)
 
 
 class ProductionDecisionModel(_Strict):
     """Production's chosen option (-1 = defer) and its propensity."""
 
-    option: int
+    option: Int32
     propensity: float | None = None
 
 
 class MirrorRequestModel(_Strict):
     """A mirrored placement request."""
 
-    schema_version: int
+    schema_version: UInt32
     request_id: str
     request_time: float
     state: ClusterStateModel
