@@ -19,6 +19,7 @@ from service.auth import TokenAuthority
 from service.contract import DEFAULT_FEATURES, RequestLimits
 from service.decision_log import DecisionLogSink
 from service.metrics import ServiceMetrics
+from service.pipeline.dead_letter import DeadLetterBox
 from service.pipeline.ingest import Ingest
 from service.pipeline.journal import FsyncMode, IngestJournal, JournalConfig
 from service.pipeline.quarantine import Quarantine
@@ -176,6 +177,7 @@ def _wire_scoring(service: Service, policies: Registry | None) -> None:
         DEFAULT_FEATURES,
         ScorerConfig(max_batch=settings.scorer_max_batch, budgets_s=budgets),
         quarantine,
+        DeadLetterBox(settings.data_dir / "dead-letter"),
     )
     service.scorer = scorer
     service.readiness.register("database", lambda: database_healthy(engine))

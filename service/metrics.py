@@ -154,6 +154,13 @@ class ServiceMetrics:
             "1 when the last decision-log write succeeded, 0 while it is failing.",
             registry=registry,
         )
+        self.dead_letters = Counter(
+            "understudy_dead_letters",
+            "Journal records the decision log refused alone, set aside in the dead-letter "
+            "directory (by kind).",
+            ["kind"],
+            registry=registry,
+        )
         self.quarantine_events = Counter(
             "understudy_policy_quarantine_events",
             "Policy quarantine transitions by policy and event (quarantined, released, "

@@ -22,6 +22,7 @@ from google.protobuf.message import DecodeError
 
 from service.contract import FeatureFunction, InvalidInput, MirrorRequest, Outcome
 from service.contract.errors import Unavailable
+from service.pipeline.dead_letter import DeadLetter, DeadLetterBox
 from service.pipeline.journal import IngestJournal
 from service.pipeline.journal_format import JournalRecord, RecordKind
 from service.pipeline.quarantine import Quarantine
@@ -51,6 +52,7 @@ class LoggedOutcome:
     seq: int
     outcome: Outcome
     received_at: float
+    payload: bytes = b""
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,6 +102,10 @@ class ScorerObserver(Protocol):
         """A write attempt finished (result None on failure)."""
         ...
 
+    def on_dead_letter(self, kind: str) -> None:
+        """A record was refused alone and set aside."""
+        ...
+
 
 @dataclass
 class ScorerConfig:
@@ -109,6 +115,7 @@ class ScorerConfig:
     idle_wait_s: float = 0.2
     retry_initial_s: float = 0.1
     retry_max_s: float = 5.0
+    poison_attempts: int = 3
     budgets_s: dict[str, float] = field(default_factory=dict)
 
 
@@ -133,7 +140,9 @@ class Scorer:
         features: FeatureFunction,
         config: ScorerConfig | None = None,
         quarantine: Quarantine | None = None,
+        dead_letters: DeadLetterBox | None = None,
     ) -> None:
+        self.dead_letters = dead_letters
         self.quarantine = quarantine or Quarantine()
         self._journal = journal
         self._policies = active_policies
@@ -162,7 +171,7 @@ class Scorer:
             if isinstance(item, MirrorRequest):
                 requests.append(LoggedRequest(record.seq, item, record.payload, record.appended_at))
             else:
-                outcomes.append(LoggedOutcome(record.seq, item, record.appended_at))
+                outcomes.append(LoggedOutcome(record.seq, item, record.appended_at, record.payload))
         policies = [p for p in self._policies() if self.quarantine.is_active(str(p.name))]
         decisions: list[ScoredDecision] = []
         runs: list[PolicyRun] = []
@@ -189,6 +198,7 @@ class Scorer:
 
     def _write_until_committed(self, batch: ScoredBatch) -> bool:
         delay = self._config.retry_initial_s
+        refusals = 0
         while True:
             started = time.perf_counter()
             try:
@@ -201,9 +211,77 @@ class Scorer:
                     return False
                 delay = min(delay * 2, self._config.retry_max_s)
                 continue
+            except Exception as exc:  # refused for its content: retried, then bisected
+                refusals += 1
+                self._observer.on_write(time.perf_counter() - started, None, str(exc))
+                log.error(
+                    "decision log refused a batch (%d/%d): %s",
+                    refusals,
+                    self._config.poison_attempts,
+                    exc,
+                )
+                if refusals < self._config.poison_attempts or self.dead_letters is None:
+                    if self._stop.wait(delay):
+                        return False
+                    delay = min(delay * 2, self._config.retry_max_s)
+                    continue
+                return self._bisect(batch, f"{type(exc).__name__}: {exc}")
             self.sink_healthy, self.sink_error = True, None
             self._observer.on_write(time.perf_counter() - started, result, None)
             return True
+
+    def _bisect(self, batch: ScoredBatch, reason: str) -> bool:
+        """Commit every record the log accepts; dead-letter the ones it refuses alone."""
+        items: list[LoggedRequest | LoggedOutcome] = [*batch.requests, *batch.outcomes]
+        pending = [items]
+        while pending:
+            part = pending.pop()
+            sub = self._sub_batch(batch, part)
+            try:
+                result = self._sink.write(sub)
+            except Unavailable:
+                return False  # an outage after all: retry the whole batch later
+            except Exception as exc:
+                if len(part) == 1:
+                    self._dead_letter(part[0], f"{type(exc).__name__}: {exc}")
+                    continue
+                half = len(part) // 2
+                pending += [part[:half], part[half:]]
+                continue
+            self._observer.on_write(0.0, result, None)
+        log.error("batch ending at seq %d bisected after refusals: %s", batch.last_seq, reason)
+        return True
+
+    def _sub_batch(
+        self, batch: ScoredBatch, part: list[LoggedRequest | LoggedOutcome]
+    ) -> ScoredBatch:
+        requests = [p for p in part if isinstance(p, LoggedRequest)]
+        ids = {r.request.request_id for r in requests}
+        return ScoredBatch(
+            requests=requests,
+            outcomes=[p for p in part if isinstance(p, LoggedOutcome)],
+            decisions=[d for d in batch.decisions if d.request_id in ids],
+            policies=batch.policies,
+            feature_version=batch.feature_version,
+            feature_hash=batch.feature_hash,
+            last_seq=batch.last_seq,
+        )
+
+    def _dead_letter(self, item: LoggedRequest | LoggedOutcome, reason: str) -> None:
+        assert self.dead_letters is not None
+        if isinstance(item, LoggedRequest):
+            letter = DeadLetter(item.seq, "mirror", item.request.request_id, item.payload, reason)
+        else:
+            letter = DeadLetter(item.seq, "outcome", item.outcome.request_id, item.payload, reason)
+        path = self.dead_letters.put(letter)
+        self._observer.on_dead_letter(letter.kind)
+        log.error(
+            "journal record %d (%s) dead-lettered to %s: %s",
+            item.seq,
+            letter.request_id,
+            path,
+            reason,
+        )
 
     def run(self) -> None:
         """Loop until stopped: wait for records, step."""

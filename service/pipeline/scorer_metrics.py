@@ -62,3 +62,7 @@ class ScorerMetrics:
         """Count the transition and flip the per-policy gauge."""
         self._m.quarantine_events.labels(event.policy, event.event).inc()
         self._m.quarantined.labels(event.policy).set(0 if event.event == "released" else 1)
+
+    def on_dead_letter(self, kind: str) -> None:
+        """Count a record set aside because the log refused it."""
+        self._m.dead_letters.labels(kind).inc()
