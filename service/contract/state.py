@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -95,3 +95,51 @@ def labels_from_csr(
     if any(b < a for a, b in itertools.pairwise(offsets)):
         raise InvalidInput("state.label_offsets", "must be non-decreasing")
     return tuple(frozenset(labels[offsets[i] : offsets[i + 1]]) for i in range(n_nodes))
+
+
+def node_hardware_array(values: Sequence[int], n_hardware: int) -> NDArray[np.int32]:
+    """`state.node_hardware` as int32; an index too large for it is refused, not wrapped."""
+    wide = np.asarray(values, dtype=np.int64).reshape(-1)
+    bad = np.flatnonzero(wide > np.iinfo(np.int32).max)
+    if len(bad):
+        raise InvalidInput(
+            f"state.node_hardware[{bad[0]}]",
+            f"must index state.hardware (< {n_hardware}), got {wide[bad[0]]}",
+        )
+    return frozen_array(wide, np.int32)
+
+
+def state_from_columns(src: Any) -> ClusterState:
+    """A `ClusterState` from any object with the wire's columnar field names.
+
+    Both wire forms — the protobuf message and the HTTP JSON model — carry the
+    same attribute names (docs/contract.md), so one function builds the state
+    from either; column lengths and values are checked by the validator.
+    """
+    return ClusterState(
+        node_ids=tuple(src.node_ids),
+        hardware=tuple(
+            HardwareClass(
+                h.name,
+                h.accelerator_memory_gb,
+                h.peak_dense_tflops,
+                h.memory_bandwidth_gbps,
+                h.interconnect_gbps,
+            )
+            for h in src.hardware
+        ),
+        node_hardware=node_hardware_array(src.node_hardware, len(src.hardware)),
+        accelerators_free=frozen_array(src.accelerators_free, np.int32),
+        accelerators_total=frozen_array(src.accelerators_total, np.int32),
+        cpu_free=frozen_array(src.cpu_free, np.float32),
+        cpu_total=frozen_array(src.cpu_total, np.float32),
+        memory_free_gb=frozen_array(src.memory_free_gb, np.float32),
+        memory_total_gb=frozen_array(src.memory_total_gb, np.float32),
+        utilisation=frozen_array(src.utilisation, np.float32),
+        queue_length=frozen_array(src.queue_length, np.int32),
+        healthy=frozen_array(src.healthy, np.bool_),
+        draining=frozen_array(src.draining, np.bool_),
+        zone=tuple(src.zone),
+        locality=tuple(src.locality),
+        labels=labels_from_csr(src.label_offsets, src.labels, len(src.node_ids)),
+    )

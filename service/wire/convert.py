@@ -9,15 +9,11 @@ a missing sub-message, an unspecified enum — are raised here as
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
-from numpy.typing import NDArray
 
 from service.contract import (
     ClusterState,
     FailureKind,
-    HardwareClass,
     InvalidInput,
     MirrorRequest,
     Outcome,
@@ -26,7 +22,7 @@ from service.contract import (
     Workload,
     WorkloadKind,
 )
-from service.contract.state import frozen_array, labels_from_csr
+from service.contract.state import frozen_array, state_from_columns
 from service.wire.understudy.v1 import contract_pb2 as pb
 
 _KIND_FROM_PB = {
@@ -46,48 +42,9 @@ _FAILURE_FROM_PB = {
 _FAILURE_TO_PB = {v: k for k, v in _FAILURE_FROM_PB.items()}
 
 
-def node_hardware_array(values: Sequence[int], n_hardware: int) -> NDArray[np.int32]:
-    """`state.node_hardware` as int32; an index too large for it is refused, not wrapped."""
-    wide = np.asarray(values, dtype=np.int64).reshape(-1)
-    bad = np.flatnonzero(wide > np.iinfo(np.int32).max)
-    if len(bad):
-        raise InvalidInput(
-            f"state.node_hardware[{bad[0]}]",
-            f"must index state.hardware (< {n_hardware}), got {wide[bad[0]]}",
-        )
-    return frozen_array(wide, np.int32)
-
-
 def state_from_pb(msg: pb.ClusterState) -> ClusterState:
-    """Build a `ClusterState`; column lengths are checked by the validator."""
-    n = len(msg.node_ids)
-    return ClusterState(
-        node_ids=tuple(msg.node_ids),
-        hardware=tuple(
-            HardwareClass(
-                h.name,
-                h.accelerator_memory_gb,
-                h.peak_dense_tflops,
-                h.memory_bandwidth_gbps,
-                h.interconnect_gbps,
-            )
-            for h in msg.hardware
-        ),
-        node_hardware=node_hardware_array(msg.node_hardware, len(msg.hardware)),
-        accelerators_free=frozen_array(msg.accelerators_free, np.int32),
-        accelerators_total=frozen_array(msg.accelerators_total, np.int32),
-        cpu_free=frozen_array(msg.cpu_free, np.float32),
-        cpu_total=frozen_array(msg.cpu_total, np.float32),
-        memory_free_gb=frozen_array(msg.memory_free_gb, np.float32),
-        memory_total_gb=frozen_array(msg.memory_total_gb, np.float32),
-        utilisation=frozen_array(msg.utilisation, np.float32),
-        queue_length=frozen_array(msg.queue_length, np.int32),
-        healthy=frozen_array(msg.healthy, np.bool_),
-        draining=frozen_array(msg.draining, np.bool_),
-        zone=tuple(msg.zone),
-        locality=tuple(msg.locality),
-        labels=labels_from_csr(msg.label_offsets, msg.labels, n),
-    )
+    """Build a `ClusterState` from its protobuf message."""
+    return state_from_columns(msg)
 
 
 def workload_from_pb(msg: pb.Workload) -> Workload:

@@ -8,7 +8,6 @@ import pydantic
 from service.contract import (
     ClusterState,
     FailureKind,
-    HardwareClass,
     InvalidInput,
     MirrorRequest,
     Outcome,
@@ -17,7 +16,7 @@ from service.contract import (
     Workload,
     WorkloadKind,
 )
-from service.contract.state import frozen_array, labels_from_csr
+from service.contract.state import frozen_array, state_from_columns
 from service.transport.http.models import (
     ClusterStateModel,
     HardwareClassModel,
@@ -27,7 +26,7 @@ from service.transport.http.models import (
     ProductionDecisionModel,
     WorkloadModel,
 )
-from service.wire.convert import mirror_request_to_pb, node_hardware_array, outcome_to_pb
+from service.wire.convert import mirror_request_to_pb, outcome_to_pb
 
 
 def invalid_from_pydantic(exc: pydantic.ValidationError) -> InvalidInput:
@@ -44,33 +43,7 @@ def invalid_from_pydantic(exc: pydantic.ValidationError) -> InvalidInput:
 
 
 def _state(s: ClusterStateModel) -> ClusterState:
-    return ClusterState(
-        node_ids=tuple(s.node_ids),
-        hardware=tuple(
-            HardwareClass(
-                h.name,
-                h.accelerator_memory_gb,
-                h.peak_dense_tflops,
-                h.memory_bandwidth_gbps,
-                h.interconnect_gbps,
-            )
-            for h in s.hardware
-        ),
-        node_hardware=node_hardware_array(s.node_hardware, len(s.hardware)),
-        accelerators_free=frozen_array(s.accelerators_free, np.int32),
-        accelerators_total=frozen_array(s.accelerators_total, np.int32),
-        cpu_free=frozen_array(s.cpu_free, np.float32),
-        cpu_total=frozen_array(s.cpu_total, np.float32),
-        memory_free_gb=frozen_array(s.memory_free_gb, np.float32),
-        memory_total_gb=frozen_array(s.memory_total_gb, np.float32),
-        utilisation=frozen_array(s.utilisation, np.float32),
-        queue_length=frozen_array(s.queue_length, np.int32),
-        healthy=frozen_array(s.healthy, np.bool_),
-        draining=frozen_array(s.draining, np.bool_),
-        zone=tuple(s.zone),
-        locality=tuple(s.locality),
-        labels=labels_from_csr(s.label_offsets, s.labels, len(s.node_ids)),
-    )
+    return state_from_columns(s)
 
 
 def _production(p: ProductionDecisionModel | None) -> ProductionDecision | None:
