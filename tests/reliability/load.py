@@ -23,19 +23,23 @@ class LoadResult:
     shed: int = 0
     rejected: int = 0
     latencies_s: list[float] = field(default_factory=list)
+    sent_at: list[float] = field(default_factory=list)
 
-    def p99_ms(self) -> float:
-        """99th percentile ack latency in milliseconds."""
-        if len(self.latencies_s) < 2:
+    def p99_ms(self, since: float = 0.0, until: float = float("inf")) -> float:
+        """99th percentile ack latency (ms) of the calls sent in [since, until) (monotonic)."""
+        chosen = [
+            lat for lat, t in zip(self.latencies_s, self.sent_at, strict=True) if since <= t < until
+        ]
+        if len(chosen) < 2:
             return float("nan")
-        return statistics.quantiles(self.latencies_s, n=100)[98] * 1e3
+        return statistics.quantiles(chosen, n=100)[98] * 1e3
 
 
-def rss_mb() -> float:
-    """Resident set size of this process (the in-process service included), MB."""
+def rss_mb(field: str = "VmRSS") -> float:
+    """Resident set size (VmRSS) or its peak (VmHWM) of this process, service included, MB."""
     with open("/proc/self/status") as status:
         for line in status:
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -77,6 +81,7 @@ def steady_load(
                 assert exc.code() == grpc.StatusCode.INVALID_ARGUMENT, exc
                 result.rejected += 1
             result.latencies_s.append(time.perf_counter() - sent_at)
+            result.sent_at.append(time.monotonic())
             i += 1
             next_at = start + i * interval
             delay = next_at - time.perf_counter()
