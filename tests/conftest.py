@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 import grpc
 import httpx
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from service.app import Service, build_service
 from service.auth import token_digest
@@ -19,6 +21,12 @@ from service.samples import sample_requests, shared_data_dir
 from service.settings import Settings
 from service.wire.understudy.v1 import shadow_pb2_grpc
 from tests.pg_fixtures import TEMPLATE, db_url, fresh_db, pg_dir, pg_home, pg_server
+
+# CI runs the property tests and fuzzers derandomized, so a red build reproduces;
+# local runs keep exploring new examples.
+hypothesis_settings.register_profile("ci", derandomize=True, database=None)
+if os.environ.get("CI"):
+    hypothesis_settings.load_profile("ci")
 
 __all__ = ["TEMPLATE", "db_url", "fresh_db", "pg_dir", "pg_home", "pg_server"]
 

@@ -20,7 +20,8 @@ Float32 = Annotated[float, Field(ge=-3.4028234663852886e38, le=3.402823466385288
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: JSON `true` is not a number and "1" is not an integer here.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class HardwareClassModel(_Strict):
