@@ -259,6 +259,16 @@ def test_http_refuses_bad_input_and_serves_the_next(
 # they used to fail in the encoder or in numpy, as HTTP 500).
 HTTP_ONLY: list[tuple[str, Callable[[Body], None], str]] = [
     (
+        "boolean as a number (schemathesis regression)",
+        lambda b: b["production"].update(propensity=True),
+        "`production.propensity`",
+    ),
+    (
+        "numeric string as an integer",
+        lambda b: b["workload"].update(accelerators="2"),
+        "`workload.accelerators`",
+    ),
+    (
         "int32 overflow",
         lambda b: b["workload"].update(accelerators=2**40),
         "`workload.accelerators`",
