@@ -18,8 +18,10 @@ from prometheus_client import CollectorRegistry
 from service.auth import TokenAuthority
 from service.contract import DEFAULT_FEATURES, RequestLimits
 from service.decision_log import DecisionLogSink
+from service.evaluator_wiring import candidate_gate, wire_evaluator
 from service.metrics import ServiceMetrics
 from service.pipeline.dead_letter import DeadLetterBox
+from service.pipeline.evaluator import EvaluatorConfig
 from service.pipeline.ingest import Ingest
 from service.pipeline.journal import FsyncMode, IngestJournal, JournalConfig
 from service.pipeline.quarantine import Quarantine
@@ -169,9 +171,10 @@ def _wire_scoring(service: Service, policies: Registry | None) -> None:
     )
     quarantine.subscribe(observer.on_quarantine)
     quarantine.subscribe(lambda e: log.warning("policy %s %s: %s", e.policy, e.event, e.reason))
+    gate = candidate_gate(service)  # a candidate the evaluator stopped is not scored
     scorer = Scorer(
         service.journal,
-        lambda: list(registry.policies.values()),
+        gate.active(lambda: list(registry.policies.values())),
         sink,
         observer,
         DEFAULT_FEATURES,
@@ -186,6 +189,16 @@ def _wire_scoring(service: Service, policies: Registry | None) -> None:
         lambda: (scorer.sink_healthy, scorer.sink_error or "writes succeeding"),
     )
     service.readiness.register("policies", lambda: _policy_check(registry, quarantine))
+    if settings.evaluator_enabled:
+        service.evaluator = wire_evaluator(
+            service,
+            EvaluatorConfig(
+                interval_s=settings.evaluator_interval_s,
+                lease_ttl_s=settings.evaluator_lease_ttl_s,
+                join_grace_s=settings.evaluator_join_grace_s,
+            ),
+            gate=gate,
+        )
 
 
 def serve(settings: Settings) -> None:

@@ -174,6 +174,81 @@ class ServiceMetrics:
             ["policy"],
             registry=registry,
         )
+        ec = ["experiment", "criterion"]
+        self.experiment_criterion_value = Gauge(
+            "understudy_experiment_criterion_value",
+            "Latest estimate per experiment and criterion, in the metric's units (for baseline "
+            "criteria the difference candidate minus baseline).",
+            ec,
+            registry=registry,
+        )
+        self.experiment_criterion_bound = Gauge(
+            "understudy_experiment_criterion_bound",
+            "The anytime-valid bound each criterion compares with its threshold.",
+            ec,
+            registry=registry,
+        )
+        self.experiment_criterion_threshold = Gauge(
+            "understudy_experiment_criterion_threshold",
+            "Each criterion's threshold, signed, in the metric's units.",
+            ec,
+            registry=registry,
+        )
+        self.experiment_criterion_samples = Gauge(
+            "understudy_experiment_criterion_samples",
+            "Samples behind each criterion's latest evaluation.",
+            ec,
+            registry=registry,
+        )
+        self.experiment_criterion_status = Gauge(
+            "understudy_experiment_criterion_status",
+            "1 for each criterion's current status (insufficient, pending, fired, passed, failed, "
+            "not_identifiable, unavailable), 0 for the others.",
+            [*ec, "status"],
+            registry=registry,
+        )
+        self.experiment_transitions = Counter(
+            "understudy_experiment_transitions",
+            "Verdicts the evaluator applied, by experiment, action and criterion.",
+            ["experiment", "action", "criterion"],
+            registry=registry,
+        )
+        self.experiment_rollback_signalled = Gauge(
+            "understudy_experiment_rollback_signalled",
+            "1 once the evaluator signalled rollback of an online experiment (a signal for "
+            "Runtime and Safety; Understudy never acts).",
+            ["experiment"],
+            registry=registry,
+        )
+        self.evaluator_leader = Gauge(
+            "understudy_evaluator_leader",
+            "1 while this replica holds the evaluator lease.",
+            registry=registry,
+        )
+        self.evaluator_lease_generation = Gauge(
+            "understudy_evaluator_lease_generation",
+            "Fencing generation of the lease this replica holds (0 when it does not).",
+            registry=registry,
+        )
+        self.evaluator_ticks = Counter(
+            "understudy_evaluator_ticks",
+            "Evaluator loop iterations by result (evaluated, follower, error).",
+            ["result"],
+            registry=registry,
+        )
+        self.evaluator_tick_seconds = Histogram(
+            "understudy_evaluator_tick_seconds",
+            "Wall time of one evaluator tick.",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+            registry=registry,
+        )
+        self.evaluator_refused = Counter(
+            "understudy_evaluator_refused",
+            "Verdicts or evaluation writes refused, by reason (lease: the lease moved; "
+            "conflict: the protocol moved).",
+            ["reason"],
+            registry=registry,
+        )
         self.ready = Gauge(
             "understudy_ready",
             "1 when the service can accept mirrored work, 0 otherwise.",

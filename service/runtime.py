@@ -20,6 +20,7 @@ from grpc_health.v1 import health, health_pb2
 from sqlalchemy import Engine
 
 from service.metrics import ServiceMetrics
+from service.pipeline.evaluator import Evaluator
 from service.pipeline.journal import IngestJournal
 from service.pipeline.scorer import Scorer
 from service.policies.registry import Registry
@@ -55,6 +56,7 @@ class Service:
     embedded_db: Any = None
     policies: Registry | None = None
     scorer: Scorer | None = None
+    evaluator: Evaluator | None = None
     _http_server: uvicorn.Server | None = field(default=None, repr=False)
     _http_thread: threading.Thread | None = field(default=None, repr=False)
 
@@ -90,6 +92,8 @@ class Service:
         self._http_thread.start()
         if self.scorer is not None:
             self.scorer.start()
+        if self.evaluator is not None:
+            self.evaluator.start()
         self.update_health()
 
     def wait_started(self, timeout: float = 10.0) -> None:
@@ -121,6 +125,8 @@ class Service:
         if self._http_thread is not None:
             self._http_thread.join(grace + 1)
         self.http_socket.close()
+        if self.evaluator is not None:
+            self.evaluator.stop()  # gives up the lease: another replica takes over at once
         if self.scorer is not None:
             self.scorer.stop(drain_timeout_s)
         self.journal.close()

@@ -102,6 +102,20 @@ class Settings(BaseSettings):
     scoring_enabled: bool = True
     """Run the scorer and decision log; off only for ingest-only deployments and tests."""
 
+    evaluator_enabled: bool = True
+    """Run the evaluator loop (needs scoring): every replica runs it, one leads at a time,
+    chosen by a lease in PostgreSQL (docs/evaluator.md)."""
+
+    evaluator_interval_s: float = Field(default=5.0, gt=0)
+    """Seconds between two evaluations of every running experiment."""
+
+    evaluator_lease_ttl_s: float = Field(default=15.0, gt=0)
+    """How long the evaluator lease holds after a renewal; a leader that stops renewing
+    (crashed, paused) is replaced after this long. Must exceed twice the interval."""
+
+    evaluator_join_grace_s: float = Field(default=3600.0, ge=0)
+    """Requests younger than this are not yet expected to have an outcome (join-rate criteria)."""
+
     auth_tokens: dict[str, str] = Field(default_factory=dict, repr=False)
     """Bearer tokens, stored as sha256 hex digest -> "role" or "role:principal"
     (JSON in the environment), e.g. {"<digest>": "safety:dave"}. The principal is
@@ -128,6 +142,12 @@ class Settings(BaseSettings):
     def _tls_pair(self) -> Settings:
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("tls_cert_file and tls_key_file must be set together")
+        return self
+
+    @model_validator(mode="after")
+    def _lease_outlives_ticks(self) -> Settings:
+        if self.evaluator_lease_ttl_s <= 2 * self.evaluator_interval_s:
+            raise ValueError("evaluator_lease_ttl_s must exceed twice evaluator_interval_s")
         return self
 
     @property

@@ -36,6 +36,7 @@ from service.storage.embedded import (
     stop_embedded,
 )
 from service.storage.engine import database_healthy, make_engine, unavailable_on_failure
+from service.storage.evaluation_store import EvaluationStore
 from service.storage.migrate import current_revision, downgrade, head_revision, upgrade
 from service.storage.outcomes import (
     ConflictRecord,
@@ -80,6 +81,7 @@ __all__ = [
     "DecisionLogWriter",
     "DecisionRow",
     "EmbeddedPostgres",
+    "EvaluationStore",
     "JoinedOutcome",
     "LogBatch",
     "LoggedDecision",

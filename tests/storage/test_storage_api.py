@@ -8,6 +8,7 @@ PUBLIC = {
     "ConflictRecord",
     "Counts",
     "DecisionLogWriter",
+    "EvaluationStore",
     "DecisionRow",
     "EmbeddedPostgres",
     "JoinedOutcome",
