@@ -135,3 +135,24 @@ def test_full_journal_sheds_and_every_message_is_accounted_for(
     assert (metric("accepted"), metric("shed"), metric("rejected")) == (accepted, shed, rejected)
     assert len(_journaled_ids(service)) == accepted
     assert service.journal.depth_bytes <= 40_000
+
+
+def test_stream_survives_the_largest_sequence_then_garbage(
+    service: Service,
+    grpc_channel: grpc.Channel,
+    auth: tuple[tuple[str, str], ...],
+    requests_sample: list[MirrorRequest],
+) -> None:
+    """Regression (stream fuzzer): an unreadable message after sequence 2**64 - 1 used to
+    overflow the ack's uint64 and kill the stream's reader, losing the rest."""
+    msg = mirror_request_to_pb(requests_sample[0])
+    last = shadow_pb2.MirrorStreamRequest(sequence=2**64 - 1, request=msg).SerializeToString()
+    call = grpc_channel.stream_stream(
+        "/understudy.v1.ShadowEvaluation/MirrorStream",
+        request_serializer=lambda b: b,
+        response_deserializer=shadow_pb2.StreamAck.FromString,
+    )
+    acks = list(call(iter([last, b"\xff\xff garbage", b"\x08"]), metadata=auth, timeout=20))
+    assert max(a.accepted for a in acks) == 1
+    assert max(a.rejected for a in acks) == 2
+    assert sum(a.status == shadow_pb2.ACK_STATUS_REJECTED for a in acks) == 2

@@ -28,6 +28,7 @@ from service.wire.understudy.v1 import contract_pb2, shadow_pb2
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "understudy.v1.ShadowEvaluation"
+_MAX_SEQUENCE = 2**64 - 1
 _PB_STATUS = {
     AckStatus.ACCEPTED: shadow_pb2.ACK_STATUS_ACCEPTED,
     AckStatus.SHED: shadow_pb2.ACK_STATUS_SHED,
@@ -175,7 +176,9 @@ class ShadowEvaluationServicer:
         except InvalidInput as exc:
             # The envelope itself was unreadable; it has no sequence of its own.
             self._ingest.count_rejection("grpc_stream", kind, exc)
-            progress.last_sequence += 1
+            # Clamped: after a client sent sequence 2**64 - 1, "the next one" must
+            # still fit the ack's uint64 (found by the stream fuzzer).
+            progress.last_sequence = min(progress.last_sequence + 1, _MAX_SEQUENCE)
             progress.record(shadow_pb2.ACK_STATUS_REJECTED, progress.last_sequence)
             return
         if sequence <= progress.last_sequence:
