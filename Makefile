@@ -41,8 +41,9 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check service tests benchmarks tools
-	$(VENV)/bin/ruff format --check service tests benchmarks tools
+	$(VENV)/bin/ruff check service tests benchmarks tools docker/grafana
+	$(VENV)/bin/ruff format --check service tests benchmarks tools docker/grafana
+	$(PY) docker/grafana/generate.py --check
 	$(VENV)/bin/mypy service
 	$(PY) tools/gen_protos.py --check
 

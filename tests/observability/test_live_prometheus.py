@@ -1,0 +1,380 @@
+"""A real Prometheus scrapes two running replicas; every dashboard query returns series.
+
+Replica A scores with good and failing policies (one raises, one returns NaN:
+both quarantined), logs to the embedded PostgreSQL and joins outcomes; replica B
+journals without scoring into a tiny journal, so it sheds. Both see rejected
+input and a wrong token. Prometheus (Debian package, loopback, 1 s scrapes, the
+committed rules) scrapes both with a bearer-token file; then every panel's
+PromQL runs with its variables expanded from the label values Prometheus holds
+and Grafana's interval macros filled in.
+
+A second test runs the evaluator on a harmful candidate under its protocol
+(the setup of tests/evaluator/test_end_to_end.py) until it is stopped, then
+runs the experiment dashboard with `$experiment` expanded and waits for
+`UnderstudyExperimentStopped` to fire.
+
+Panels whose series exist only after a rare event (a dead letter, an online
+experiment's rollback) are listed as skipped with the reason; for those the
+test checks that Prometheus knows the metric from the targets' metadata, never
+that it has series.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import grpc
+import httpx
+import pytest
+import yaml
+
+from service.app import Service
+from service.auth import token_digest
+from service.client import MirrorClient
+from service.contract import MirrorRequest
+from service.demo import simulated_runtime
+from service.policies.base import Policy
+from service.policies.baselines import FirstFit, LeastLoaded
+from service.policies.registry import Registry, load_registry
+from service.wire.convert import mirror_request_to_pb, outcome_to_pb
+from service.wire.understudy.v1 import contract_pb2, shadow_pb2, shadow_pb2_grpc
+from tests.evaluator.harmful import NAME, SlowestThroughput
+from tests.evaluator.test_end_to_end import ADMIN_TOKEN, DOC, PROTOCOL
+from tests.observability.dashboards import (
+    DASHBOARDS,
+    PROMETHEUS_DIR,
+    REPO,
+    Variable,
+    load,
+    queries,
+    substitute_macros,
+    variables,
+)
+from tests.reliability.test_quarantine import NaNPolicy, RaisingPolicy
+from tests.transport.test_decision_log_e2e import mirror_all, wait_until
+
+PROMETHEUS = shutil.which("prometheus")
+pytestmark = pytest.mark.skipif(
+    PROMETHEUS is None, reason="prometheus missing: install the Debian package `prometheus`"
+)
+
+NEXT_TEST = "needs an experiment: exercised by the stopped-experiment test"
+# (dashboard, panel) -> why it has no series in this test.
+NOT_EXERCISED = {
+    ("oncall.json", "Dead letters"): "series born at the first dead letter",
+    ("experiments.json", "Criterion value, bound and threshold"): NEXT_TEST,
+    ("experiments.json", "Criterion status"): NEXT_TEST,
+    ("experiments.json", "Samples per criterion"): NEXT_TEST,
+    ("experiments.json", "Transitions"): NEXT_TEST,
+    ("experiments.json", "Rollback signalled"): "needs an online experiment's rollback",
+}
+RATE_INTERVAL, INTERVAL = "30s", "5s"
+_METRIC = re.compile(r"\bunderstudy_[a-z_]+\b")
+
+
+@dataclass
+class Prom:
+    """A Prometheus server's HTTP API on loopback."""
+
+    http: httpx.Client
+
+    def query(self, expr: str) -> list[dict[str, object]]:
+        body = self.http.get("/api/v1/query", params={"query": expr}).json()
+        assert body["status"] == "success", f"{expr}: {body}"
+        result: list[dict[str, object]] = body["data"]["result"]
+        return result
+
+    def label_values(self, variable: Variable) -> list[str]:
+        body = self.http.get("/api/v1/series", params={"match[]": variable.metric}).json()
+        return sorted({s[variable.label] for s in body["data"] if variable.label in s})
+
+    def known_metrics(self) -> set[str]:
+        body = self.http.get("/api/v1/targets/metadata", params={"limit": "10000"}).json()
+        return {m["metric"] for m in body["data"]}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture()
+def start_prometheus(tmp_path: Path) -> Iterator[Callable[[list[str]], Prom]]:
+    procs: list[subprocess.Popen[bytes]] = []
+    clients: list[httpx.Client] = []
+
+    def start(targets: list[str]) -> Prom:
+        assert PROMETHEUS is not None
+        token = tmp_path / "prom-token"
+        token.write_text("r-tok\n")  # the reviewer token tests/conftest.py registers
+        config = yaml.safe_load((PROMETHEUS_DIR / "prometheus.yml").read_text())
+        config["global"] |= {"scrape_interval": "1s", "evaluation_interval": "1s"}
+        config["rule_files"] = [str(PROMETHEUS_DIR / "rules.yml")]
+        (job,) = config["scrape_configs"]
+        job["authorization"]["credentials_file"] = str(token)
+        job["static_configs"] = [{"targets": targets}]
+        (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+        port = _free_port()
+        log = (tmp_path / "prometheus.log").open("wb")
+        proc = subprocess.Popen(
+            [
+                PROMETHEUS,
+                f"--config.file={tmp_path / 'prometheus.yml'}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--log.level=warn",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        procs.append(proc)
+        client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10)
+        clients.append(client)
+
+        def ready() -> bool:
+            assert proc.poll() is None, (tmp_path / "prometheus.log").read_text()
+            try:
+                return client.get("/-/ready").status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_until(ready, timeout=20)
+        return Prom(client)
+
+    yield start
+    for client in clients:
+        client.close()
+    for proc in procs:
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+
+
+def _reject_and_shed(service: Service, token: str, requests: list[MirrorRequest]) -> int:
+    """Unary mirrors, every fifth with a NaN; returns how many were shed."""
+    auth = (("authorization", f"Bearer {token}"),)
+    shed = 0
+    with grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        stub = shadow_pb2_grpc.ShadowEvaluationStub(channel)  # type: ignore[no-untyped-call]
+        for round_ in range(3):
+            for i, r in enumerate(requests):
+                msg = mirror_request_to_pb(r)
+                msg.request_id = f"shed{round_}-{i}"
+                if i % 5 == 4:
+                    msg.state.cpu_free[0] = float("nan")
+                try:
+                    ack = stub.Mirror(msg, metadata=auth)
+                except grpc.RpcError as exc:
+                    assert exc.code() == grpc.StatusCode.INVALID_ARGUMENT
+                    continue
+                shed += ack.status == shadow_pb2.ACK_STATUS_SHED
+    return shed
+
+
+def _report_outcomes(service: Service, token: str, ids: list[str], request_time: float) -> None:
+    """Outcomes for mirrored requests (joined) and one for a request never seen (parked)."""
+    auth = (("authorization", f"Bearer {token}"),)
+    with grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        stub = shadow_pb2_grpc.ShadowEvaluationStub(channel)  # type: ignore[no-untyped-call]
+        for k, request_id in enumerate([*ids, "never-mirrored"]):
+            outcome = contract_pb2.Outcome(
+                request_id=request_id,
+                observed_at=request_time + 600.0 * (k + 1),
+                completion_time_s=100.0,
+                failure=contract_pb2.FAILURE_KIND_NONE,
+            )
+            stub.ReportOutcome(outcome, metadata=auth)
+
+
+def _expand(expr: str, values: dict[str, list[str]]) -> str:
+    """`$var` -> Grafana's multi-value "All": a regex alternation of the values.
+
+    Like Grafana, each value is regex-escaped, then backslashes doubled for the
+    PromQL string literal.
+    """
+    for name, vals in values.items():
+        alternation = "|".join(re.escape(v).replace("\\", "\\\\") for v in vals)
+        expr = expr.replace(f"${name}", f"({alternation})")
+    return substitute_macros(expr, RATE_INTERVAL, INTERVAL)
+
+
+def _run_panels(
+    prom: Prom, dashboards: Sequence[str], skip: Mapping[tuple[str, str], str]
+) -> list[str]:
+    """Run every panel query of `dashboards` but `skip`; fail on any without series.
+
+    A skipped panel's metrics must still be known to Prometheus from the targets'
+    metadata (exported, just without series yet). Returns the exercised panels.
+    """
+    exercised: list[str] = []
+    empty: list[str] = []
+    known = prom.known_metrics()
+    for name in dashboards:
+        values = {v.name: prom.label_values(v) for v in variables(load(name))}
+        for query in queries(name):
+            if (name, query.panel) in skip:
+                unseen = {
+                    m
+                    for m in _METRIC.findall(query.expr)
+                    if m not in known and re.sub(r"_(total|bucket|count|sum)$", "", m) not in known
+                }
+                assert not unseen, f"{query.panel}: Prometheus never saw {unseen}"
+                continue
+            missing = [v for v in query.variables if not values[v]]
+            assert not missing, f"{name} / {query.panel}: no values for {missing}"
+            if prom.query(_expand(query.expr, values)):
+                exercised.append(f"{name} / {query.panel}")
+            else:
+                empty.append(f"{name} / {query.panel}: {query.expr}")
+    assert not empty, "queries with no series:\n" + "\n".join(empty)
+    return exercised
+
+
+def test_every_dashboard_query_returns_series_from_a_real_prometheus(
+    make_service: Callable[..., Service],
+    start_prometheus: Callable[[list[str]], Prom],
+    runtime_token: str,
+    requests_sample: list[MirrorRequest],
+    tmp_path: Path,
+) -> None:
+    policies: dict[str, Policy] = {
+        "first-fit": FirstFit(),
+        "least-loaded": LeastLoaded(),
+        "raising-policy": RaisingPolicy(),
+        "nan-policy": NaNPolicy(),
+    }
+    scoring = make_service(
+        policies=Registry(policies=policies, predictors={}),
+        data_dir=tmp_path / "a",
+        quarantine_failures=2,
+        quarantine_window_s=60.0,
+        quarantine_cooldown_s=600.0,
+        scorer_max_batch=8,
+    )
+    shedding = make_service(
+        data_dir=tmp_path / "b",
+        scoring_enabled=False,
+        journal_max_bytes=40_000,
+        journal_segment_bytes=8192,
+    )
+    prom = start_prometheus([f"127.0.0.1:{scoring.http_port}", f"127.0.0.1:{shedding.http_port}"])
+    started = time.monotonic()
+
+    ids: list[str] = []
+    for round_ in range(3):  # several batches, so the bad policies' failures accumulate
+        ids += mirror_all(scoring, runtime_token, requests_sample[:4], f"obs{round_}")
+        wait_until(lambda: scoring.journal.depth_records("scorer") == 0, timeout=30)
+    _report_outcomes(scoring, runtime_token, ids[:4], requests_sample[0].request_time)
+    assert _reject_and_shed(shedding, runtime_token, requests_sample) > 0
+    _reject_and_shed(scoring, runtime_token, requests_sample[:10])
+    for service in (scoring, shedding):
+        with httpx.Client(base_url=f"http://127.0.0.1:{service.http_port}") as http:
+            assert (
+                http.get("/metrics", headers={"authorization": "Bearer wrong"}).status_code == 401
+            )
+
+    def scraped_after_traffic() -> bool:
+        result = prom.query('understudy_policy_quarantined{policy="raising-policy"} == 1')
+        shed = prom.query('understudy_ingest_total{result="shed"} > 0')
+        fails = prom.query("understudy_auth_failures_total > 0")
+        return bool(result and shed and len(fails) == 2)
+
+    wait_until(scraped_after_traffic, timeout=20)
+    time.sleep(2.5)  # two more scrapes, so every rate window holds a change
+
+    targets = prom.http.get("/api/v1/targets").json()["data"]["activeTargets"]
+    assert sorted(t["health"] for t in targets) == ["up", "up"], targets
+
+    exercised = _run_panels(prom, DASHBOARDS, NOT_EXERCISED)
+
+    alerts = prom.http.get("/api/v1/alerts").json()["data"]["alerts"]
+    quarantined = {
+        a["labels"]["policy"]
+        for a in alerts
+        if a["labels"]["alertname"] == "UnderstudyPolicyQuarantined"
+    }
+    assert quarantined == {"raising-policy", "nan-policy"}, alerts
+    rules = prom.http.get("/api/v1/rules").json()["data"]["groups"]
+    assert all(r["health"] == "ok" for g in rules for r in g["rules"]), rules
+    elapsed = time.monotonic() - started
+    print(f"\n{len(exercised)} panel queries returned series in {elapsed:.1f} s:")
+    print("\n".join(f"  {p}" for p in exercised))
+    print("not exercised: " + "; ".join(f"{p} ({why})" for (_, p), why in NOT_EXERCISED.items()))
+
+
+EXPERIMENT_SKIP = {
+    ("experiments.json", "Rollback signalled"): "a shadow experiment never signals rollback",
+}
+
+
+def test_a_stopped_experiment_fills_the_experiment_panels_and_fires_its_alert(
+    make_service: Callable[..., Service],
+    start_prometheus: Callable[[list[str]], Prom],
+    runtime_token: str,
+) -> None:
+    loaded = load_registry(REPO / "policies")
+    harmful = SlowestThroughput(loaded.predictors["gavel-throughput"])
+    service = make_service(
+        policies=replace(loaded, policies={**loaded.policies, NAME: harmful}),
+        evaluator_interval_s=0.5,
+        evaluator_lease_ttl_s=10.0,
+        auth_tokens={
+            token_digest(runtime_token): "runtime",
+            token_digest(ADMIN_TOKEN): "admin:alice",
+            token_digest("r-tok"): "reviewer:rita",
+        },
+    )
+    prom = start_prometheus([f"127.0.0.1:{service.http_port}"])
+    started = time.monotonic()
+    base = f"http://127.0.0.1:{service.http_port}"
+    response = httpx.post(
+        f"{base}/v1/protocols/{PROTOCOL}/versions/1/start",
+        json={"reason": "observability check", "document": DOC},
+        headers={"authorization": f"Bearer {ADMIN_TOKEN}"},
+        timeout=10,
+    )
+    assert response.status_code == 200, response.text
+    with MirrorClient(f"127.0.0.1:{service.grpc_port}", runtime_token) as client:
+        for event in simulated_runtime(episodes=12, seed=0):
+            if isinstance(event, MirrorRequest):
+                assert client.mirror(mirror_request_to_pb(event))
+            else:
+                assert client.report_outcome(outcome_to_pb(event))
+        assert client.flush(60)
+
+    def stopped() -> bool:
+        return bool(prom.query('understudy_experiment_transitions_total{action="stop"}'))
+
+    wait_until(stopped, timeout=40)
+    time.sleep(2.5)  # two more scrapes, so every rate window holds a change
+    exercised = _run_panels(prom, ["experiments.json"], EXPERIMENT_SKIP)
+
+    def alert_fired() -> bool:
+        alerts = prom.http.get("/api/v1/alerts").json()["data"]["alerts"]
+        return any(
+            a["labels"]["alertname"] == "UnderstudyExperimentStopped"
+            and a["labels"]["experiment"] == f"{PROTOCOL}@1"
+            and a["state"] == "firing"
+            for a in alerts
+        )
+
+    wait_until(alert_fired, timeout=10)
+    elapsed = time.monotonic() - started
+    print(f"\n{len(exercised)} panel queries returned series in {elapsed:.1f} s:")
+    print("\n".join(f"  {p}" for p in exercised))
+    print("not exercised: " + "; ".join(f"{p} ({why})" for (_, p), why in EXPERIMENT_SKIP.items()))
