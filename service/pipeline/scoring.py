@@ -117,6 +117,10 @@ def _per_request(
     return out
 
 
+REFERENCE_BATCH = 16
+"""Requests per micro-batch that policy time budgets are declared for."""
+
+
 def score_batch(
     batch: ScoringBatch,
     policies: Sequence[Policy],
@@ -127,8 +131,15 @@ def score_batch(
     A policy that raises or returns malformed/non-finite output gets status
     ERROR for every request of this batch; one that overruns its budget keeps
     its decisions flagged TIMEOUT. Neither affects any other policy.
+
+    A budget is declared for a reference micro-batch of `REFERENCE_BATCH`
+    requests and scales with larger batches: batches grow under load by
+    design, and a fixed per-batch budget would flag a healthy policy exactly
+    when traffic peaks.
     """
-    runs = decide_all(policies, batch, seed=0, time_budgets_s=budgets_s)
+    scale = max(1.0, batch.n_requests / REFERENCE_BATCH)
+    scaled = {name: budget * scale for name, budget in (budgets_s or {}).items()}
+    runs = decide_all(policies, batch, seed=0, time_budgets_s=scaled)
     n = max(batch.n_requests, 1)
     decisions: list[ScoredDecision] = []
     for policy in policies:
