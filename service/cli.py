@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from service.auth import token_digest
+from service.cli_evaluation import evaluation_app
 from service.cli_learning import learning_app
 from service.cli_protocols import protocol_app
 from service.settings import Settings
@@ -47,6 +48,7 @@ def settings() -> None:
 
 app.add_typer(protocol_app, name="protocol")
 app.add_typer(learning_app)  # train, compare, sweep as top-level commands
+app.add_typer(evaluation_app)  # ope, evidence as top-level commands
 
 db_app = typer.Typer(help="Decision-log database.", no_args_is_help=True)
 app.add_typer(db_app, name="db")

@@ -1,0 +1,30 @@
+"""Offline evaluation reports over the decision log: `understudy ope` and `understudy evidence`.
+
+Layers, inner to outer::
+
+    arrays       OpeLog -> BanditData per policy (reward, production's action/propensity, targets)
+    ope_run      estimates, paired difference to production, verdicts, provenance
+    summary      results as JSON and table rows
+    limitations  "known limitations and assumptions" from the diagnostics
+    figures      PNG plots (estimates with intervals, per workload kind, weights)
+    package      the package folder: index.html, report.md, results.json, figures/
+
+Reading the log is ``service.storage.ope_reads``; the commands are
+``service.cli_evaluation``. See docs/evidence.md.
+"""
+
+from service.evaluation_report.arrays import Reward, policy_rounds
+from service.evaluation_report.ope_run import OpeReport, PolicyReport, Provenance, Traffic, run_ope
+from service.evaluation_report.package import OpePackage, build_ope_package
+
+__all__ = [
+    "OpePackage",
+    "OpeReport",
+    "PolicyReport",
+    "Provenance",
+    "Reward",
+    "Traffic",
+    "build_ope_package",
+    "policy_rounds",
+    "run_ope",
+]

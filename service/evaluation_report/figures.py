@@ -1,0 +1,115 @@
+"""PNG figures of an `OpeReport`: estimates with intervals, per slice, weight distributions.
+
+matplotlib's Agg canvas is attached to each figure (no pyplot, no global
+backend), as in ``service.evidence.plots``. A policy that is not identifiable
+is drawn as an empty row labelled "not identifiable", never as a number.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from service.evaluation_report.ope_run import OpeReport, PolicyReport
+from service.ope import Estimate, Result
+
+
+def file_name(label: str) -> str:
+    """A safe PNG file name for `label`."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", label) + ".png"
+
+
+def _png(fig: Figure) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=90)
+    return buffer.getvalue()
+
+
+def _forest(title: str, rows: list[tuple[str, Result | None]], reference: float | None) -> bytes:
+    """One row per label: point and interval, or a "not identifiable" note."""
+    fig = Figure(figsize=(7.0, 0.45 * len(rows) + 1.4), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    for y, (_, r) in enumerate(rows):
+        if isinstance(r, Estimate) and math.isfinite(r.value):
+            lo, hi = r.interval.lower, r.interval.upper
+            ax.errorbar(
+                [r.value],
+                [y],
+                xerr=[[r.value - lo], [hi - r.value]] if math.isfinite(lo + hi) else None,
+                fmt="o",
+                capsize=3,
+                color="tab:blue",
+            )
+        else:
+            note = "no rounds" if r is None else "not identifiable"
+            ax.text(0.01, y, note, transform=ax.get_yaxis_transform(), va="center", color="red")
+    if reference is not None and math.isfinite(reference):
+        ax.axvline(reference, color="black", linestyle="--", linewidth=1, label="production")
+        ax.legend(fontsize=7, loc="best")
+    ax.set_yticks(range(len(rows)), [label for label, _ in rows], fontsize=7)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.invert_yaxis()
+    ax.set_title(title, fontsize=10)
+    return _png(fig)
+
+
+def estimates_png(report: OpeReport) -> bytes:
+    """Every policy's primary estimate and interval, production's observed value as a line."""
+    rows = [(p.label, p.primary_result) for p in report.policies]
+    title = f"{report.reward.value}: estimates, {report.level:.0%} intervals ({report.provenance})"
+    return _forest(title, rows or [("(no policies)", None)], report.production_value)
+
+
+def slices_png(report: OpeReport, policy: PolicyReport) -> bytes:
+    """One policy's primary estimate per workload kind."""
+    rows: list[tuple[str, Result | None]] = sorted(policy.slices.items())
+    title = f"{policy.label} by workload kind ({policy.primary.value}, {report.provenance})"
+    return _forest(title, rows or [("(no rounds)", None)], report.production_value)
+
+
+def weights_png(report: OpeReport) -> bytes:
+    """Importance-weight distributions (log10 of the positive weights) and zero-weight shares."""
+    fig = Figure(figsize=(7.0, 3.8), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    drawn = False
+    for p in report.policies:
+        w = p.weights
+        if not len(w):
+            continue
+        positive = w[w > 0]
+        zero = 1.0 - len(positive) / len(w)
+        if len(positive):
+            ax.hist(
+                np.log10(positive),
+                bins=30,
+                histtype="step",
+                label=f"{p.label} (w=0: {zero:.0%}, max {w.max():.3g})",
+            )
+            drawn = True
+    if not drawn:
+        ax.text(0.5, 0.5, "no positive weights", ha="center", transform=ax.transAxes)
+    else:
+        ax.legend(fontsize=6, loc="best")
+    ax.set_xlabel("log10 importance weight  pi(a|x) / production propensity")
+    ax.set_ylabel("rounds")
+    ax.set_title(f"Importance-weight distribution ({report.provenance})", fontsize=10)
+    return _png(fig)
+
+
+def all_figures(report: OpeReport) -> dict[str, bytes]:
+    """File name -> PNG bytes for every figure of the package."""
+    figures = {
+        "estimates.png": estimates_png(report),
+        "weights.png": weights_png(report),
+    }
+    for p in report.policies:
+        if p.slices:
+            figures["slices-" + file_name(p.label)] = slices_png(report, p)
+    return figures

@@ -1,0 +1,192 @@
+"""The OPE evidence package: what `understudy evidence` writes.
+
+Layout (the folder is self-contained: no network resources, figures by
+relative path so a reviewer can open any file on its own)::
+
+    <dir>/index.html        the report, figures referenced as figures/*.png
+    <dir>/report.md         the same in Markdown
+    <dir>/results.json      every number with its provenance (summary.FORMAT)
+    <dir>/figures/*.png     estimates with intervals, per workload kind, weights
+
+Tables and Markdown/HTML helpers are shared with the protocol evidence
+package (``service.evidence.package``).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from service.evaluation_report.figures import all_figures
+from service.evaluation_report.limitations import ASSUMPTIONS, limitations
+from service.evaluation_report.ope_run import OpeReport, Provenance
+from service.evaluation_report.summary import (
+    RESULT_HEAD,
+    fmt,
+    interval_text,
+    report_json,
+    result_rows,
+)
+from service.evidence.package import _html_table, _md_table
+from service.ope import Estimate
+
+PROVENANCE_NOTE = {
+    Provenance.SIMULATED: "simulated traffic and outcomes",
+    Provenance.SHADOW_LOGGED: "production traffic; candidates never acted (off-policy)",
+    Provenance.ONLINE_BOUNDED: "a bound from an online protocol in which the candidate acted",
+}
+SLICE_HEAD = ["policy", "workload kind", "value", "interval", "n", "ESS", "provenance"]
+DIFF_HEAD = ["policy", "estimator", "policy − production", "n", "provenance", "verdict"]
+
+
+@dataclass(frozen=True, eq=False)
+class OpePackage:
+    """A built package; `figures` maps a file name to PNG bytes."""
+
+    results: Mapping[str, Any]
+    markdown: str
+    html: str
+    figures: Mapping[str, bytes]
+
+    def write(self, directory: Path) -> Path:
+        """Lay the package out under `directory` (module docstring); returns ``index.html``."""
+        (directory / "figures").mkdir(parents=True, exist_ok=True)
+        for name, png in self.figures.items():
+            (directory / "figures" / name).write_bytes(png)
+        (directory / "results.json").write_text(json.dumps(self.results, indent=2))
+        (directory / "report.md").write_text(self.markdown)
+        path = directory / "index.html"
+        path.write_text(self.html)
+        return path
+
+
+def _facts(report: OpeReport, source: str, created_at: float) -> list[tuple[str, str]]:
+    return [
+        ("source", source),
+        ("created", datetime.fromtimestamp(created_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")),
+        ("reward", report.reward.value),
+        ("joined rounds read", str(report.rounds)),
+        ("interval level", f"{report.level:.0%} (normal)"),
+        ("provenance", f"{report.provenance.value}: {PROVENANCE_NOTE[report.provenance]}"),
+    ]
+
+
+def _diff_rows(report: OpeReport) -> list[list[str]]:
+    return [
+        [
+            p.label,
+            p.primary.value,
+            interval_text(p.vs_production),
+            str(p.n),
+            p.provenance.value,
+            p.verdict,
+        ]
+        for p in report.policies
+    ]
+
+
+def _slice_rows(report: OpeReport) -> list[list[str]]:
+    rows = []
+    for p in report.policies:
+        for kind, r in sorted(p.slices.items()):
+            if isinstance(r, Estimate):
+                cells = [fmt(r.value), interval_text(r.interval), str(r.n)]
+            else:
+                cells = ["not identifiable", "—", str(r.diagnostics.n)]
+            rows.append([p.label, kind, *cells, fmt(r.diagnostics.ess, 3), p.provenance.value])
+    return rows
+
+
+def _sections(report: OpeReport) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, head, rows) of every table; a table with no rows is left out."""
+    tables = [
+        ("Estimates per policy", RESULT_HEAD, result_rows(report)),
+        ("Difference to production (paired, same rounds)", DIFF_HEAD, _diff_rows(report)),
+        ("Estimates per workload kind", SLICE_HEAD, _slice_rows(report)),
+    ]
+    return [t for t in tables if t[2]]
+
+
+def build_ope_package(
+    report: OpeReport, *, source: str, created_at: float | None = None
+) -> OpePackage:
+    """The package of `report`, read from `source` (e.g. the database and the filter)."""
+    when = datetime.now(UTC).timestamp() if created_at is None else created_at
+    figures = all_figures(report)
+    findings = limitations(report)
+    results = {
+        **report_json(report),
+        "source": source,
+        "created_at": when,
+        "limitations": findings,
+        "assumptions": list(ASSUMPTIONS),
+        "figures": sorted(figures),
+    }
+    facts = _facts(report, source, when)
+    sections = _sections(report)
+    return OpePackage(
+        results=results,
+        markdown=_markdown(facts, sections, figures, findings),
+        html=_html(facts, sections, figures, findings),
+        figures=figures,
+    )
+
+
+TITLE = "Off-policy evaluation evidence"
+
+
+def _markdown(
+    facts: list[tuple[str, str]],
+    sections: list[tuple[str, list[str], list[list[str]]]],
+    figures: Mapping[str, bytes],
+    findings: list[str],
+) -> str:
+    lines = [f"# {TITLE}", ""]
+    lines += [f"- **{k}**: {v}" for k, v in facts]
+    for title, head, rows in sections:
+        lines += ["", f"## {title}", "", *_md_table(head, rows)]
+    lines += ["", "## Figures", ""]
+    lines += [f"![{name}](figures/{name})" for name in sorted(figures)]
+    lines += ["", "## Known limitations and assumptions", "", "### Found in this data", ""]
+    lines += [f"- {f}" for f in findings]
+    lines += ["", "### Assumed throughout", ""]
+    lines += [f"- {a}" for a in ASSUMPTIONS]
+    return "\n".join(lines) + "\n"
+
+
+def _html(
+    facts: list[tuple[str, str]],
+    sections: list[tuple[str, list[str], list[list[str]]]],
+    figures: Mapping[str, bytes],
+    findings: list[str],
+) -> str:
+    facts_html = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in facts)
+    tables = "".join(
+        f"<h2>{html.escape(title)}</h2>{_html_table(head, rows)}" for title, head, rows in sections
+    )
+    images = "".join(
+        f'<figure><img alt="{html.escape(n)}" src="figures/{html.escape(n)}"/>'
+        f"<figcaption>{html.escape(n)}</figcaption></figure>"
+        for n in sorted(figures)
+    )
+    found = "".join(f"<li>{html.escape(f)}</li>" for f in findings)
+    assumed = "".join(f"<li>{html.escape(a)}</li>" for a in ASSUMPTIONS)
+    style = (
+        "body{font-family:sans-serif;max-width:70em;margin:auto}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}"
+        "img{max-width:100%}"
+    )
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>{TITLE}</title><style>{style}</style></head><body>"
+        f"<h1>{TITLE}</h1><ul>{facts_html}</ul>{tables}"
+        f"<h2>Figures</h2>{images}"
+        "<h2>Known limitations and assumptions</h2>"
+        f"<h3>Found in this data</h3><ul>{found}</ul>"
+        f"<h3>Assumed throughout</h3><ul>{assumed}</ul></body></html>"
+    )

@@ -1,0 +1,84 @@
+"""`understudy ope` and `understudy evidence` on a decision log made through the real service.
+
+A simulated Runtime (the demo's: the simulator's production emulator on the
+``train`` scenario, one episode in four mirrored before deciding) mirrors
+through the real `MirrorClient` and reports outcomes; the committed ONNX
+policies and the baselines score; the commands then read the embedded
+PostgreSQL the way an operator would, through ``UNDERSTUDY_DATABASE_URL``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from service.app import Service
+from service.cli_evaluation import evaluation_app
+from service.client import MirrorClient
+from service.contract import MirrorRequest, Outcome
+from service.demo import simulated_runtime
+from service.storage import count_joined_outcomes
+from tests.evaluation.package_check import check_package
+
+
+def _send(service: Service, token: str, events: list[MirrorRequest | Outcome]) -> None:
+    from service.wire.convert import mirror_request_to_pb, outcome_to_pb
+
+    with MirrorClient(f"127.0.0.1:{service.grpc_port}", token) as client:
+        for event in events:
+            if isinstance(event, MirrorRequest):
+                assert client.mirror(mirror_request_to_pb(event))
+            else:
+                assert client.report_outcome(outcome_to_pb(event))
+        assert client.flush(60)
+
+
+def _logged(service: Service, outcomes: int, timeout_s: float = 60.0) -> None:
+    assert service.engine is not None
+    deadline = time.monotonic() + timeout_s
+    while (
+        service.journal.depth_records("scorer") > 0
+        or count_joined_outcomes(service.engine) < outcomes
+    ):
+        assert time.monotonic() < deadline, "the log did not take every outcome in time"
+        time.sleep(0.1)
+
+
+def test_ope_prints_intervals_and_evidence_writes_a_package_on_a_live_log(
+    make_service: Callable[..., Service], runtime_token: str, db_url: str, tmp_path: Path
+) -> None:
+    service = make_service()
+    events = simulated_runtime(episodes=4, seed=0)
+    outcomes = sum(isinstance(e, Outcome) for e in events)
+    _send(service, runtime_token, events)
+    _logged(service, outcomes)
+
+    runner = CliRunner()
+    env = {"UNDERSTUDY_DATABASE_URL": db_url, "COLUMNS": "200"}
+    out = runner.invoke(evaluation_app, ["ope", "--json", str(tmp_path / "ope.json")], env=env)
+    assert out.exit_code == 0, out.output
+    data = json.loads((tmp_path / "ope.json").read_text())
+    assert data["rounds"] == outcomes
+    intervals = [
+        e["interval"]
+        for p in data["policies"]
+        for e in p["estimates"].values()
+        if e["identifiable"] and p["policy"] != "production-mirror"
+    ]
+    assert intervals and all(math.isfinite(i["lower"]) for i in intervals)
+    first = next(p for p in data["policies"] if p["estimates"]["dr"]["identifiable"])
+    lower = first["estimates"]["dr"]["interval"]["lower"]
+    assert f"[{lower:.4g}," in out.output
+
+    folder = tmp_path / "evidence"
+    out = runner.invoke(
+        evaluation_app, ["evidence", "--out", str(folder), "--traffic", "simulated"], env=env
+    )
+    assert out.exit_code == 0, out.output
+    results = check_package(folder)
+    assert results["provenance"] == "simulated"
