@@ -26,8 +26,8 @@ from service.pipeline.dead_letter import DeadLetter, DeadLetterBox
 from service.pipeline.journal import IngestJournal
 from service.pipeline.journal_format import JournalRecord, RecordKind
 from service.pipeline.quarantine import Quarantine
-from service.pipeline.scoring import ScoredDecision, score_requests
-from service.policies.base import Policy
+from service.pipeline.scoring import REFERENCE_BATCH, ScoredDecision, score_requests
+from service.policies.base import DecisionStatus, Policy
 from service.policies.runner import PolicyRun
 from service.wire.convert import mirror_request_from_pb, outcome_from_pb
 from service.wire.understudy.v1 import contract_pb2
@@ -116,6 +116,10 @@ class ScorerConfig:
     retry_initial_s: float = 0.1
     retry_max_s: float = 5.0
     poison_attempts: int = 3
+    timeout_strike_factor: float = 3.0
+    """A timed-out batch counts towards quarantine only beyond this multiple of its
+    budget: wall time in a threaded Python process jitters (GIL, preemption), and a
+    2x spike is a flagged `timeout`, not a broken policy; a 10x one is."""
     budgets_s: dict[str, float] = field(default_factory=dict)
 
 
@@ -179,8 +183,9 @@ class Scorer:
             _, decisions, runs = score_requests(
                 [r.request for r in requests], policies, self._features, self._config.budgets_s
             )
+            scale = max(1.0, len(requests) / REFERENCE_BATCH)
             for run in runs:
-                self.quarantine.record(run.policy, run.error)
+                self.quarantine.record(run.policy, self._strike(run, scale))
         self._observer.on_batch(len(requests), runs, decisions)
         batch = ScoredBatch(
             requests=requests,
@@ -195,6 +200,16 @@ class Scorer:
             return 0
         self._journal.commit(self.CONSUMER, batch.last_seq)
         return len(records)
+
+    def _strike(self, run: PolicyRun, scale: float) -> str | None:
+        """The failure that counts towards quarantine, if any (see `timeout_strike_factor`)."""
+        if run.error is None:
+            return None
+        if DecisionStatus.TIMEOUT not in run.decisions.status:
+            return run.error
+        budget = self._config.budgets_s.get(run.policy)
+        limit = self._config.timeout_strike_factor * budget * scale if budget else 0.0
+        return run.error if run.latency_s > limit else None
 
     def _write_until_committed(self, batch: ScoredBatch) -> bool:
         delay = self._config.retry_initial_s

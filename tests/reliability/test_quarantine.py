@@ -168,3 +168,28 @@ def test_bad_policies_are_quarantined_and_the_others_carry_on(
             f"{good_latency[name] * 1e3:.2f} ms vs {base * 1e3:.2f} ms alone"
         )
     print(f"[quarantine] wall time with bad policies {elapsed:.1f}s vs {base_elapsed:.1f}s without")
+
+
+class JitteryPolicy:
+    """Over its 20 ms budget by half on every batch: flagged, never quarantined."""
+
+    name, version = "jittery-policy", "test"
+
+    def decide(self, batch: ScoringBatch, rng: np.random.Generator) -> PolicyDecisions:
+        time.sleep(0.03)
+        return FirstFit().decide(batch, rng)
+
+
+def test_budget_jitter_is_flagged_but_does_not_quarantine(
+    make_service: Callable[..., Service],
+    runtime_token: str,
+    requests_sample: list[MirrorRequest],
+) -> None:
+    policies: dict[str, Policy] = {"jittery-policy": JitteryPolicy(), "first-fit": FirstFit()}
+    service, ids, _ = _run(make_service, runtime_token, requests_sample, policies, "jit")
+    engine = service.engine
+    assert engine is not None
+    value = service.metrics.registry.get_sample_value
+    assert count_decisions(engine, "jittery-policy") == len(ids), "never quarantined"
+    assert count_decisions(engine, "jittery-policy", status="timeout") > 0, "but flagged"
+    assert not value("understudy_policy_quarantined", {"policy": "jittery-policy"})
