@@ -80,6 +80,7 @@ def bench_grpc(payload: bytes, tmp: Path) -> tuple[float, float]:
             grpc_port=0,
             http_port=0,
             journal_fsync="never",
+            scoring_enabled=False,  # this benchmark measures the ack path alone
             auth_tokens={token_digest(token): "runtime"},
         )
     )
