@@ -30,7 +30,7 @@ from service.app import Service, build_service
 from service.auth import token_digest
 from service.client import MirrorClient
 from service.contract import MirrorRequest, Outcome
-from service.demo_view import LiveView, _sum, closing_tables
+from service.demo_view import LiveView, closing_tables, summed
 from service.environment import World, load_scenario, log_episode
 from service.settings import Settings
 from service.storage import stop_embedded
@@ -81,7 +81,7 @@ def run_demo(
     try:
         _drive(service, token, events, duration_s, console)
         _show_refusals(service, token, events, console)
-        accepted = _sum(service, "understudy_ingest_total", kind="mirror", result="accepted")
+        accepted = summed(service, "understudy_ingest_total", kind="mirror", result="accepted")
         table, checks = closing_tables(service, accepted)
         console.print(table)
         for line in checks:

@@ -18,7 +18,7 @@ from service.storage import (
 )
 
 
-def _sum(service: Service, name: str, **labels: str) -> float:
+def summed(service: Service, name: str, **labels: str) -> float:
     """Sum of a metric's samples whose labels include `labels`."""
     total = 0.0
     for metric in service.metrics.registry.collect():
@@ -43,7 +43,7 @@ class LiveView:
     def render(self, client: ClientStats, sent: int, total: int) -> Group:
         """One frame of the live view."""
         now = time.monotonic()
-        accepted = _sum(self.service, "understudy_ingest_total", kind="mirror", result="accepted")
+        accepted = summed(self.service, "understudy_ingest_total", kind="mirror", result="accepted")
         last_t, last_n = self._last
         rate = (accepted - last_n) / (now - last_t) if last_t else 0.0
         self._last = (now, accepted)
@@ -55,9 +55,9 @@ class LiveView:
             f"client dropped {client.mirrors.dropped + client.outcomes.dropped}, "
             f"reconnects {client.reconnects}",
         )
-        on_arrival = _sum(self.service, "understudy_outcomes_total", state="joined_on_arrival")
-        parked = _sum(self.service, "understudy_outcomes_total", state="parked")
-        later = _sum(self.service, "understudy_outcomes_total", state="joined_from_parked")
+        on_arrival = summed(self.service, "understudy_outcomes_total", state="joined_on_arrival")
+        parked = summed(self.service, "understudy_outcomes_total", state="parked")
+        later = summed(self.service, "understudy_outcomes_total", state="joined_from_parked")
         joined, waiting = on_arrival + later, parked - later
         outcomes = Table.grid(padding=(0, 3))
         outcomes.add_row(
@@ -67,16 +67,17 @@ class LiveView:
         )
         table = Table("policy", "decisions", "ok", "agrees with production", "favourite masked")
         for name in _policies(self.service):
-            decisions = _sum(self.service, "understudy_decisions_total", policy=name)
-            agreed = _sum(
+            decisions = summed(self.service, "understudy_decisions_total", policy=name)
+            agreed = summed(
                 self.service, "understudy_production_agreement_total", policy=name, agrees="true"
             )
-            compared = _sum(self.service, "understudy_production_agreement_total", policy=name)
-            masked = _sum(self.service, "understudy_raw_favourite_infeasible_total", policy=name)
+            compared = summed(self.service, "understudy_production_agreement_total", policy=name)
+            masked = summed(self.service, "understudy_raw_favourite_infeasible_total", policy=name)
+            ok = summed(self.service, "understudy_decisions_total", policy=name, status="ok")
             table.add_row(
                 name,
                 f"{decisions:.0f}",
-                f"{_sum(self.service, 'understudy_decisions_total', policy=name, status='ok'):.0f}",
+                f"{ok:.0f}",
                 f"{agreed / compared:.0%}" if compared else "-",
                 f"{masked:.0f}",
             )

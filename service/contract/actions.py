@@ -10,9 +10,13 @@ option ``i`` covers entries ``node_offsets[i]:node_offsets[i + 1]`` of
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+
+from service.contract.errors import InvalidInput
+from service.contract.state import frozen_array
 
 DEFER: int = -1
 """The action that places nothing now; Runtime may retry later."""
@@ -63,4 +67,21 @@ def single_node_options(node_index: NDArray[np.int32], accelerators: int) -> Pla
         node_index=nodes,
         accelerators=np.full(len(nodes), accelerators, dtype=np.int32),
         option_ids=tuple("" for _ in range(len(nodes))),
+    )
+
+
+def options_from_columns(src: Any) -> PlacementOptions:
+    """`PlacementOptions` from either wire form (protobuf or HTTP JSON: same field names).
+
+    CSR consistency is checked by the validator; an empty option list is refused here
+    because `n_options` needs at least the leading offset.
+    """
+    offsets = frozen_array(src.node_offsets, np.int64)
+    if len(offsets) == 0:
+        raise InvalidInput("options", "must list at least one placement option")
+    return PlacementOptions(
+        node_offsets=offsets,
+        node_index=frozen_array(src.node_index, np.int32),
+        accelerators=frozen_array(src.accelerators, np.int32),
+        option_ids=tuple(src.option_ids),
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 
 class WorkloadKind(StrEnum):
@@ -54,3 +55,28 @@ class Workload:
     allowed_hardware: frozenset[str] = field(default_factory=frozenset)
     affinity: frozenset[str] = field(default_factory=frozenset)
     anti_affinity: frozenset[str] = field(default_factory=frozenset)
+
+
+def workload_from_fields(
+    src: Any, kind: WorkloadKind, slo_seconds: float | None, work_units: float | None
+) -> Workload:
+    """A `Workload` from either wire form; the caller decodes the kind and optional fields,
+    whose encodings differ (a protobuf enum and presence bits, JSON strings and nulls)."""
+    return Workload(
+        workload_id=src.workload_id,
+        kind=kind,
+        model_family=src.model_family,
+        model_size_b=src.model_size_b,
+        accelerators=src.accelerators,
+        accelerator_memory_gb=src.accelerator_memory_gb,
+        cpu_per_node=src.cpu_per_node,
+        memory_per_node_gb=src.memory_per_node_gb,
+        gang_size=src.gang_size,
+        priority=src.priority,
+        tenant=src.tenant,
+        slo_seconds=slo_seconds,
+        work_units=work_units,
+        allowed_hardware=frozenset(src.allowed_hardware),
+        affinity=frozenset(src.affinity),
+        anti_affinity=frozenset(src.anti_affinity),
+    )

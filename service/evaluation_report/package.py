@@ -32,7 +32,7 @@ from service.evaluation_report.summary import (
     report_json,
     result_rows,
 )
-from service.evidence.package import _html_table, _md_table
+from service.evidence.package import html_table, md_table
 from service.ope import Estimate
 
 PROVENANCE_NOTE = {
@@ -149,7 +149,7 @@ def _markdown(
     lines = [f"# {TITLE}", ""]
     lines += [f"- **{k}**: {v}" for k, v in facts]
     for title, head, rows in sections:
-        lines += ["", f"## {title}", "", *_md_table(head, rows)]
+        lines += ["", f"## {title}", "", *md_table(head, rows)]
     lines += ["", "## Figures", ""]
     lines += [f"![{name}](figures/{name})" for name in sorted(figures)]
     lines += ["", "## Known limitations and assumptions", "", "### Found in this data", ""]
@@ -167,7 +167,7 @@ def _html(
 ) -> str:
     facts_html = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in facts)
     tables = "".join(
-        f"<h2>{html.escape(title)}</h2>{_html_table(head, rows)}" for title, head, rows in sections
+        f"<h2>{html.escape(title)}</h2>{html_table(head, rows)}" for title, head, rows in sections
     )
     images = "".join(
         f'<figure><img alt="{html.escape(n)}" src="figures/{html.escape(n)}"/>'

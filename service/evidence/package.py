@@ -177,7 +177,7 @@ def _criteria(latest: Mapping[str, Judged]) -> list[list[str]]:
     ]
 
 
-def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
+def md_table(head: list[str], rows: list[list[str]]) -> list[str]:
     def cell(s: str) -> str:
         return s.replace("|", "\\|").replace("\n", " ")
 
@@ -195,8 +195,13 @@ def _markdown(
 ) -> str:
     lines = [f"# Evidence: {_title(record)}", ""]
     lines += [f"- **{k}**: {v}" for k, v in _facts(record, verdict)]
-    lines += ["", "## Event timeline", "", *_md_table(TIMELINE, _timeline(events))]
-    lines += ["", "## Criteria (latest evaluation)", "", *_md_table(CRITERIA, _criteria(latest))]
+    lines += ["", "## Event timeline", "", *md_table(TIMELINE, _timeline(events))]
+    lines += [
+        "",
+        "## Criteria (latest evaluation)",
+        "",
+        *md_table(CRITERIA, _criteria(latest)),
+    ]
     lines += ["", "## Trajectories", ""]
     lines += [f"![{name}](figures/{name})" for name in sorted(figures)] or ["(no numbers yet)"]
     doc = json.dumps(record.document, indent=2, sort_keys=True)
@@ -204,7 +209,7 @@ def _markdown(
     return "\n".join(lines)
 
 
-def _html_table(head: list[str], rows: list[list[str]]) -> str:
+def html_table(head: list[str], rows: list[list[str]]) -> str:
     th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
     body = "".join(
         "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows
@@ -237,8 +242,8 @@ def _html(
         f"<title>Evidence {html.escape(record.protocol_id)} v{record.version}</title>"
         f"<style>{style}</style></head><body>"
         f"<h1>Evidence: {html.escape(_title(record))}</h1><ul>{facts}</ul>"
-        f"<h2>Event timeline</h2>{_html_table(TIMELINE, _timeline(events))}"
-        f"<h2>Criteria (latest evaluation)</h2>{_html_table(CRITERIA, _criteria(latest))}"
+        f"<h2>Event timeline</h2>{html_table(TIMELINE, _timeline(events))}"
+        f"<h2>Criteria (latest evaluation)</h2>{html_table(CRITERIA, _criteria(latest))}"
         f"<h2>Trajectories</h2>{images or '<p>(no numbers yet)</p>'}"
         f"<h2>Protocol (the locked document)</h2><pre>{doc}</pre></body></html>"
     )

@@ -9,8 +9,6 @@ a missing sub-message, an unspecified enum — are raised here as
 
 from __future__ import annotations
 
-import numpy as np
-
 from service.contract import (
     ClusterState,
     FailureKind,
@@ -22,7 +20,9 @@ from service.contract import (
     Workload,
     WorkloadKind,
 )
-from service.contract.state import frozen_array, state_from_columns
+from service.contract.actions import options_from_columns
+from service.contract.state import state_from_columns
+from service.contract.workload import workload_from_fields
 from service.wire.understudy.v1 import contract_pb2 as pb
 
 _KIND_FROM_PB = {
@@ -54,37 +54,17 @@ def workload_from_pb(msg: pb.Workload) -> Workload:
         raise InvalidInput(
             "workload.kind", f"must be train, finetune, infer or batch, got {msg.kind}"
         )
-    return Workload(
-        workload_id=msg.workload_id,
-        kind=kind,
-        model_family=msg.model_family,
-        model_size_b=msg.model_size_b,
-        accelerators=msg.accelerators,
-        accelerator_memory_gb=msg.accelerator_memory_gb,
-        cpu_per_node=msg.cpu_per_node,
-        memory_per_node_gb=msg.memory_per_node_gb,
-        gang_size=msg.gang_size,
-        priority=msg.priority,
-        tenant=msg.tenant,
-        slo_seconds=msg.slo_seconds if msg.HasField("slo_seconds") else None,
-        work_units=msg.work_units if msg.HasField("work_units") else None,
-        allowed_hardware=frozenset(msg.allowed_hardware),
-        affinity=frozenset(msg.affinity),
-        anti_affinity=frozenset(msg.anti_affinity),
+    return workload_from_fields(
+        msg,
+        kind,
+        msg.slo_seconds if msg.HasField("slo_seconds") else None,
+        msg.work_units if msg.HasField("work_units") else None,
     )
 
 
 def options_from_pb(msg: pb.PlacementOptions) -> PlacementOptions:
-    """Build `PlacementOptions`; CSR consistency is checked by the validator."""
-    offsets = frozen_array(msg.node_offsets, np.int64)
-    if len(offsets) == 0:
-        raise InvalidInput("options", "must list at least one placement option")
-    return PlacementOptions(
-        node_offsets=offsets,
-        node_index=frozen_array(msg.node_index, np.int32),
-        accelerators=frozen_array(msg.accelerators, np.int32),
-        option_ids=tuple(msg.option_ids),
-    )
+    """Build `PlacementOptions` from its protobuf message."""
+    return options_from_columns(msg)
 
 
 def _production_from_pb(msg: pb.ProductionDecision) -> ProductionDecision:

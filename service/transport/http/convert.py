@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pydantic
 
 from service.contract import (
@@ -11,12 +10,12 @@ from service.contract import (
     InvalidInput,
     MirrorRequest,
     Outcome,
-    PlacementOptions,
     ProductionDecision,
-    Workload,
     WorkloadKind,
 )
-from service.contract.state import frozen_array, state_from_columns
+from service.contract.actions import options_from_columns
+from service.contract.state import state_from_columns
+from service.contract.workload import workload_from_fields
 from service.transport.http.models import (
     ClusterStateModel,
     HardwareClassModel,
@@ -62,42 +61,17 @@ def mirror_from_json(body: bytes) -> tuple[MirrorRequest, bytes]:
         request_id=m.request_id,
         request_time=m.request_time,
         state=_state(m.state),
-        workload=Workload(
-            workload_id=w.workload_id,
-            kind=WorkloadKind(w.kind),
-            model_family=w.model_family,
-            model_size_b=w.model_size_b,
-            accelerators=w.accelerators,
-            accelerator_memory_gb=w.accelerator_memory_gb,
-            cpu_per_node=w.cpu_per_node,
-            memory_per_node_gb=w.memory_per_node_gb,
-            gang_size=w.gang_size,
-            priority=w.priority,
-            tenant=w.tenant,
-            slo_seconds=w.slo_seconds,
-            work_units=w.work_units,
-            allowed_hardware=frozenset(w.allowed_hardware),
-            affinity=frozenset(w.affinity),
-            anti_affinity=frozenset(w.anti_affinity),
-        ),
-        options=PlacementOptions(
-            node_offsets=frozen_array(m.options.node_offsets, np.int64),
-            node_index=frozen_array(m.options.node_index, np.int32),
-            accelerators=frozen_array(m.options.accelerators, np.int32),
-            option_ids=tuple(m.options.option_ids),
-        ),
+        workload=workload_from_fields(w, WorkloadKind(w.kind), w.slo_seconds, w.work_units),
+        options=options_from_columns(m.options),
         production=_production(m.production),
         quota_remaining=m.quota_remaining,
     )
-    if len(request.options.node_offsets) == 0:
-        raise InvalidInput("options", "must list at least one placement option")
     return request, _encode_mirror(request)
 
 
 def _encode_mirror(request: MirrorRequest) -> bytes:
-    # Defer the encoding cost until validation would have passed? No: validation
-    # runs after this in Ingest; encoding a request that is then refused wastes
-    # ~tens of microseconds only on the rejection path, which is rare.
+    # Encoded before Ingest validates: a refused request wastes this encoding, but
+    # refusals are rare and the journal needs the canonical protobuf bytes.
     return bytes(mirror_request_to_pb(request).SerializeToString())
 
 
