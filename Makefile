@@ -20,7 +20,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
-# promtool (Debian package `prometheus`) is needed by the alerting tests.
+# promtool (Debian package `prometheus`) is needed by the alerting tests,
+# docker-compose (Debian package) by the deployment tests.
 check-tools:
 	@if ! command -v promtool >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
@@ -28,6 +29,14 @@ check-tools:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
 	  else \
 	    echo "promtool is missing: install the Debian package 'prometheus' (needs root)"; \
+	  fi; \
+	fi
+	@if ! command -v docker-compose >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing docker-compose (validates docker/compose.yaml) with apt-get"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-compose >/dev/null; \
+	  else \
+	    echo "docker-compose is missing: install the Debian package 'docker-compose' (needs root)"; \
 	  fi; \
 	fi
 
