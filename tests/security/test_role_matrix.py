@@ -2,7 +2,8 @@
 
 Expected outcomes come from the declared rules (docs/ingest.md, docs/protocols.md):
 ingest needs `runtime` (or `admin`); metrics and the API document need any role;
-protocol reads need reviewer, safety or admin. Liveness and readiness are open.
+protocol reads need reviewer, safety or admin; decision-log reads (docs/reviewer.md)
+reviewer or admin. Liveness and readiness are open.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ def expected(endpoint: str, caller: str) -> str:
         return OK if caller in ("runtime", "admin") else DENIED
     if endpoint == "protocols-list":
         return OK if caller in ("reviewer", "safety", "admin") else DENIED
+    if endpoint.startswith("reviewer-"):  # the decision-log read surface (docs/reviewer.md)
+        return OK if caller in ("reviewer", "admin") else DENIED
     raise AssertionError(endpoint)
 
 
@@ -141,8 +144,10 @@ def test_role_matrix(matrix_service: Service, requests_sample: list[MirrorReques
                 ("metrics", "/metrics"),
                 ("openapi", "/openapi.json"),
                 ("protocols-list", "/v1/protocols"),
+                ("reviewer-decisions", "/v1/reviewer/decisions"),
+                ("reviewer-experiments", "/v1/reviewer/experiments"),
             ):
                 got[(endpoint, caller)] = _http_outcome(http.get(path, headers=headers))
     wrong = {k: (v, expected(k[0], k[1])) for k, v in got.items() if v != expected(k[0], k[1])}
     assert wrong == {}, wrong
-    assert len(got) == 11 * len(CALLERS)
+    assert len(got) == 13 * len(CALLERS)
