@@ -1,0 +1,167 @@
+"""``understudy log ...``: seal, verify and retire the tamper-evident decision log.
+
+    understudy log seal                      seal and anchor everything sealable now
+    understudy log verify [--anchor FILE]... recompute the chain, check it against the anchor
+    understudy log retire --before DATE      drop whole days before DATE, with a record
+
+Settings come from ``UNDERSTUDY_*`` (database, data dir, key and anchor
+files). Exit codes: 0 fine, 1 the chain does not verify (or a day refused to
+retire), 2 bad input (a key file with loose permissions, a bad date), 3 the
+database is unreachable. docs/tamper_evidence.md explains the design.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import date
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from sqlalchemy import Engine
+
+from service.contract.errors import Conflict, Unavailable
+from service.settings import Settings
+from service.storage import make_engine, open_database
+from service.storage.chain_anchor import Anchor, AnchorError, load_key
+from service.storage.chain_retire import retire
+from service.storage.chain_seal import ChainSealer
+from service.storage.chain_verify import verify
+
+log_app = typer.Typer(
+    help="Tamper-evident decision log: seal, verify, retire (docs/tamper_evidence.md).",
+    no_args_is_help=True,
+)
+console = Console(highlight=False)
+
+
+@contextmanager
+def _engine() -> Iterator[tuple[Settings, Engine]]:
+    settings = Settings()
+    try:
+        url, _ = open_database(settings.database_url, settings.data_dir)
+        engine = make_engine(url)
+    except Unavailable as exc:
+        console.print(f"[red]{exc}[/]")
+        raise typer.Exit(3) from exc
+    try:
+        yield settings, engine
+    except Unavailable as exc:
+        console.print(f"[red]{exc}[/]")
+        raise typer.Exit(3) from exc
+    finally:
+        engine.dispose()
+
+
+def _key(path: Path, *, create: bool) -> bytes:
+    try:
+        return load_key(path, create=create)
+    except AnchorError as exc:
+        console.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from exc
+
+
+def _sealer(settings: Settings, engine: Engine) -> ChainSealer:
+    key_file, anchor_file = settings.resolved_chain_files
+    anchor = Anchor(anchor_file, _key(key_file, create=True))
+    return ChainSealer(engine, anchor, block_rows=settings.chain_block_rows)
+
+
+@log_app.command("seal")
+def seal() -> None:
+    """Seal every decision that is safe to seal now, and anchor the new heads."""
+    with _engine() as (settings, engine):
+        report = _sealer(settings, engine).seal_all()
+    console.print(
+        f"[green]sealed {report.rows} decisions in {report.blocks} blocks[/] "
+        f"(watermark xid {report.watermark})"
+    )
+
+
+@log_app.command("verify")
+def verify_cmd(
+    anchor: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--anchor",
+            help="Anchor file(s) to check against (repeat for several replicas); "
+            "default: UNDERSTUDY_CHAIN_ANCHOR_FILE.",
+        ),
+    ] = None,
+    show: Annotated[int, typer.Option(help="How many problems to list.")] = 20,
+) -> None:
+    """Recompute every row hash and block head; check them against the signed anchor."""
+    with _engine() as (settings, engine):
+        key_file, anchor_file = settings.resolved_chain_files
+        key = _key(key_file, create=False)
+        files = anchor or [anchor_file]
+        with Progress(
+            TextColumn("[bold]verifying[/] {task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as progress:
+            task = progress.add_task("days", total=None)
+            report = verify(
+                engine,
+                files,
+                key,
+                days_known=lambda n: progress.update(task, total=n),
+                on_day=lambda day, _: progress.update(task, advance=1, description=str(day)),
+            )
+    console.print(
+        f"{report.days} live days ({report.rows} decisions in {report.blocks} blocks), "
+        f"{report.retired_days} retired days, {report.pending_rows} decisions not sealed yet, "
+        f"{report.anchor_lines} anchor lines"
+    )
+    if report.ok:
+        console.print("[green]the decision log verifies[/]")
+        return
+    first = report.first
+    console.print(f"[red]first broken link: {first}[/]")
+    others = [p for p in report.problems if p is not first]
+    if others:
+        console.print(f"{len(others)} more:")
+    for problem in others[:show]:
+        console.print(f"  - {problem}")
+    if len(others) > show:
+        console.print(f"  ... and {len(others) - show} more")
+    raise typer.Exit(1)
+
+
+@log_app.command("retire")
+def retire_cmd(
+    before: Annotated[
+        str, typer.Option("--before", help="Drop days before this date (YYYY-MM-DD).")
+    ],
+    allow_recent: Annotated[
+        bool, typer.Option(help="Allow days the writer may still fill (younger than 8 days).")
+    ] = False,
+) -> None:
+    """Drop whole day partitions before DATE after sealing them, with a signed record."""
+    try:
+        cutoff = date.fromisoformat(before)
+    except ValueError as exc:
+        console.print(f"[red]`--before` must be a date YYYY-MM-DD, got {before!r}[/]")
+        raise typer.Exit(2) from exc
+    with _engine() as (settings, engine):
+        sealer = _sealer(settings, engine)
+        try:
+            records = retire(sealer, engine, cutoff, allow_recent=allow_recent)
+        except ValueError as exc:
+            console.print(f"[red]{exc}[/]")
+            raise typer.Exit(2) from exc
+        except Conflict as exc:
+            console.print(f"[red]{exc}[/]")
+            raise typer.Exit(1) from exc
+    for r in records:
+        console.print(
+            f"retired {r.day}: {r.requests_rows} requests, {r.decisions_rows} decisions, "
+            f"{r.outcomes_rows} outcomes, {r.blocks} blocks, final head {r.final_head[:16]}"
+        )
+    console.print(f"[green]{len(records)} days retired[/]")
