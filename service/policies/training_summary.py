@@ -1,0 +1,374 @@
+"""``policies/<name>/training_summary.json``: a policy's training inputs, for drift checks.
+
+The manifest's ``training_data`` block (means, 5/50/95% quantiles) says what
+a model saw in words and a few numbers; drift needs more: per contract
+feature the PSI bin edges and reference proportions, a 201-point quantile
+grid with its CDF (KS), min/max (support), the hardware classes and workload
+kinds seen, and the calibrated per-window flag rules (`service.ope.drift`).
+
+Format (``schema: understudy-training-summary/v1``)::
+
+    {"schema", "policy", "source", "feature_version", "feature_hash",
+     "feature_names": [...], "n_rows", "n_requests", "n_groups",
+     "hardware_classes": [...], "workload_kinds": [...],
+     "features": {name: {"min", "max", "psi_edges", "psi_proportions",
+                         "ks_grid", "ks_cdf"}},
+     "flag_rules": [{"window_requests", "alpha", "threshold",
+                     "calibration_windows", "scale": {name: s}}],
+     "generator": {"command", "seed", ...}}
+
+Drift compares what the scorer computes once per batch — the *contract*
+feature rows of every option of every request — so the summary is over the
+contract features of every option of every training request, also for a
+policy whose model reads other features (``lcb-planner`` reads the outcome
+features of the same requests) or was fitted on the chosen option only
+(``iwr-scorer``): its inputs at serving time are all options.
+
+``python -m service.policies.training_summary`` recomputes every summary from
+the data each policy was trained on, with the seeds in its manifest's
+``build`` block (see `_sources`), and writes them with sorted keys, so a
+rerun writes the same bytes. Rerun it whenever the feature hash changes: a
+summary for another feature definition is refused at load (`load_summary`).
+Baselines have no training data and no summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from service.contract import DEFAULT_FEATURES, FeatureFunction, MirrorRequest
+from service.ope.drift import (
+    DEFAULT_ALPHA,
+    FeatureReference,
+    FlagRule,
+    build_reference,
+    calibrate,
+    request_categories,
+)
+from service.policies.errors import PolicyLoadError
+
+SCHEMA = "understudy-training-summary/v1"
+SUMMARY_FILE = "training_summary.json"
+WINDOW_SIZES = (250, 500, 1000, 2000, 4000, 8000)
+"""Window sizes (requests) a flag rule is calibrated for."""
+CALIBRATION_WINDOWS = 1000
+
+
+@dataclass(frozen=True, eq=False)
+class TrainingReference:
+    """A loaded summary: the reference and its flag rules, with provenance."""
+
+    policy: str
+    source: str
+    feature_version: str
+    feature_hash: str
+    n_requests: int
+    n_groups: int
+    reference: FeatureReference
+    rules: tuple[FlagRule, ...]
+    generator: Mapping[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (the module docstring's format)."""
+        r = self.reference
+        return {
+            "schema": SCHEMA,
+            "policy": self.policy,
+            "source": self.source,
+            "feature_version": self.feature_version,
+            "feature_hash": self.feature_hash,
+            "feature_names": list(r.names),
+            "n_rows": r.n_rows,
+            "n_requests": self.n_requests,
+            "n_groups": self.n_groups,
+            "hardware_classes": sorted(r.hardware_classes),
+            "workload_kinds": sorted(r.workload_kinds),
+            "features": {
+                name: {
+                    "min": float(r.low[f]),
+                    "max": float(r.high[f]),
+                    "psi_edges": r.edges[f].tolist(),
+                    "psi_proportions": r.proportions[f].tolist(),
+                    "ks_grid": r.grid[f].tolist(),
+                    "ks_cdf": r.grid_cdf[f].tolist(),
+                }
+                for f, name in enumerate(r.names)
+            },
+            "flag_rules": [
+                {
+                    "window_requests": rule.window_requests,
+                    "alpha": rule.alpha,
+                    "threshold": rule.threshold,
+                    "calibration_windows": rule.calibration_windows,
+                    "scale": dict(zip(r.names, rule.scale.tolist(), strict=True)),
+                }
+                for rule in self.rules
+            ],
+            "generator": dict(self.generator),
+        }
+
+
+def _from_dict(policy: str, data: Mapping[str, Any]) -> TrainingReference:
+    names = tuple(data["feature_names"])
+    feats = data["features"]
+    arr = {k: tuple(np.asarray(feats[n][k], dtype=np.float64) for n in names) for k in (
+        "psi_edges", "psi_proportions", "ks_grid", "ks_cdf")}  # fmt: skip
+    reference = FeatureReference(
+        names=names,
+        n_rows=int(data["n_rows"]),
+        edges=arr["psi_edges"],
+        proportions=arr["psi_proportions"],
+        grid=arr["ks_grid"],
+        grid_cdf=arr["ks_cdf"],
+        low=np.array([feats[n]["min"] for n in names], dtype=np.float64),
+        high=np.array([feats[n]["max"] for n in names], dtype=np.float64),
+        hardware_classes=frozenset(data["hardware_classes"]),
+        workload_kinds=frozenset(data["workload_kinds"]),
+    )
+    rules = tuple(
+        FlagRule(
+            window_requests=int(r["window_requests"]),
+            alpha=float(r["alpha"]),
+            scale=np.array([r["scale"][n] for n in names], dtype=np.float64),
+            threshold=float(r["threshold"]),
+            calibration_windows=int(r["calibration_windows"]),
+        )
+        for r in data["flag_rules"]
+    )
+    return TrainingReference(
+        policy=policy,
+        source=str(data["source"]),
+        feature_version=str(data["feature_version"]),
+        feature_hash=str(data["feature_hash"]),
+        n_requests=int(data["n_requests"]),
+        n_groups=int(data["n_groups"]),
+        reference=reference,
+        rules=rules,
+        generator=dict(data.get("generator", {})),
+    )
+
+
+def load_summary(
+    directory: Path, features: FeatureFunction = DEFAULT_FEATURES
+) -> TrainingReference | None:
+    """The summary in a policy's folder, None when it has none.
+
+    Raises:
+        PolicyLoadError: unreadable, another schema, or computed for another
+            feature definition than `features` (rerun the generator).
+    """
+    policy = directory.name
+    path = directory / SUMMARY_FILE
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise PolicyLoadError(policy, f"cannot read {SUMMARY_FILE}: {exc}") from exc
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        got = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise PolicyLoadError(policy, f"`{SUMMARY_FILE}` `schema` must be {SCHEMA!r}, got {got!r}")
+    if data.get("feature_hash") != features.definition_hash:
+        raise PolicyLoadError(
+            policy,
+            f"`{SUMMARY_FILE}` `feature_hash` {str(data.get('feature_hash'))[:12]} differs from the"
+            f" running feature function `{features.version}` {features.definition_hash[:12]};"
+            " regenerate it with `python -m service.policies.training_summary`",
+        )
+    if tuple(data.get("feature_names", ())) != tuple(features.names):
+        raise PolicyLoadError(policy, f"`{SUMMARY_FILE}` `feature_names` differ from the running")
+    try:
+        return _from_dict(policy, data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PolicyLoadError(policy, f"`{SUMMARY_FILE}` is malformed: {exc!r}") from exc
+
+
+# --- the generator --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class TrainingInputs:
+    """The requests a policy was trained on, featurised, in time order.
+
+    Attributes:
+        x: float32 ``(n_rows, F)`` contract features of every option.
+        offsets: int64 ``(n_requests + 1,)``.
+        group_starts: int64 ``(n_groups + 1,)``, first request of each episode
+            (or of each synthetic cluster).
+        categories: per request, `request_categories`.
+    """
+
+    source: str
+    x: NDArray[np.float32]
+    offsets: NDArray[np.int64]
+    group_starts: NDArray[np.int64]
+    categories: list[tuple[frozenset[str], str]]
+    generator: dict[str, Any]
+
+
+def featurise(groups: Sequence[Sequence[MirrorRequest]]) -> tuple[
+    NDArray[np.float32], NDArray[np.int64], NDArray[np.int64], list[tuple[frozenset[str], str]]
+]:  # fmt: skip
+    """Rows, request offsets, group starts and categories of `groups` of requests."""
+    from service.policies.batching import make_batch
+
+    xs, counts, sizes, cats = [], [], [], []
+    for requests in groups:
+        batch = make_batch(list(requests))
+        xs.append(batch.features)
+        counts.append(np.diff(batch.offsets))
+        sizes.append(len(requests))
+        cats += [request_categories(r) for r in requests]
+    offsets = np.concatenate([[0], np.cumsum(np.concatenate(counts))]).astype(np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    return np.concatenate(xs), offsets, starts, cats
+
+
+def simulated_requests(
+    scenario: str, seed: int, episodes: range, jobs_per_episode: int | None = None
+) -> list[list[MirrorRequest]]:
+    """Every mirrored request (forced defers included) of each episode, as Runtime sends them."""
+    from service.environment import World, load_scenario, log_episode
+
+    s = load_scenario(scenario)
+    if jobs_per_episode is not None:
+        s = s.replace(jobs_per_episode=jobs_per_episode)
+    world = World(s)
+    return [list(log_episode(world, seed, e).requests) for e in episodes]
+
+
+def _sources(policies_dir: Path) -> dict[str, TrainingInputs]:
+    """Per ONNX policy, its training requests (read from each manifest's ``build`` block)."""
+    import yaml
+
+    from service.policies.build_models.scorer_fit import synthetic_batch
+
+    out: dict[str, TrainingInputs] = {}
+    cache: dict[str, TrainingInputs] = {}  # policies trained on the same logs share them
+    for path in sorted(policies_dir.glob("*/policy.yaml")):
+        m = yaml.safe_load(path.read_text())
+        if m.get("kind") != "policy":
+            continue
+        build = m.get("build") or {}
+        name = m["name"]
+        if build.get("command") == "understudy train":
+            st = build["settings"]
+            seed, n_ep = int(st["seed"]), int(st["episodes"])
+            jobs = st.get("jobs_per_episode")
+            source = (
+                f"every request (forced defers included) of simulated scenario `train`,"
+                f" seed {seed},"
+                f" episodes 0-{n_ep - 1} — the episodes `understudy train` logged to fit it"
+            )
+            gen = {"data": "simulated", "scenario": "train", "seed": seed, "episodes": n_ep}
+            if jobs is not None:
+                gen["jobs_per_episode"] = jobs
+
+            def groups_of(seed: int = seed, n_ep: int = n_ep, jobs: Any = jobs) -> Any:
+                return simulated_requests("train", seed, range(n_ep), jobs)
+
+        elif build.get("command") == "python -m service.policies.build_models":
+            seed = int(build["seed"])
+
+            def groups_of(seed: int = seed, n_ep: int = 0, jobs: Any = None) -> Any:
+                requests = list(synthetic_batch(seed, 600).requests)
+                return [requests[i : i + 8] for i in range(0, len(requests), 8)]  # a cluster each
+
+            source = f"synthetic requests (service.policies.synthetic, seed {seed}), 600 requests"
+            gen = {"data": "synthetic", "seed": seed, "requests": 600, "group": 8}
+        else:
+            continue
+        key = json.dumps(gen, sort_keys=True)
+        if key not in cache:
+            x, offsets, starts, cats = featurise(groups_of())
+            cache[key] = TrainingInputs(source, x, offsets, starts, cats, gen)
+        out[name] = cache[key]
+    return out
+
+
+def summarise(
+    policy: str,
+    inputs: TrainingInputs,
+    features: FeatureFunction = DEFAULT_FEATURES,
+    *,
+    window_sizes: Sequence[int] = WINDOW_SIZES,
+    alpha: float = DEFAULT_ALPHA,
+    n_windows: int = CALIBRATION_WINDOWS,
+    seed: int = 0,
+) -> TrainingReference:
+    """Reference + flag rules calibrated for every window size (seeded)."""
+    hardware = set().union(*(c[0] for c in inputs.categories))
+    kinds = {c[1] for c in inputs.categories}
+    reference = build_reference(inputs.x, features.names, hardware, kinds)
+    rules = tuple(
+        calibrate(
+            reference,
+            inputs.x,
+            inputs.offsets,
+            inputs.group_starts,
+            size,
+            alpha=alpha,
+            n_windows=n_windows,
+            seed=seed + i,
+        )
+        for i, size in enumerate(window_sizes)
+    )
+    return TrainingReference(
+        policy=policy,
+        source=inputs.source,
+        feature_version=features.version,
+        feature_hash=features.definition_hash,
+        n_requests=len(inputs.offsets) - 1,
+        n_groups=len(inputs.group_starts) - 1,
+        reference=reference,
+        rules=rules,
+        generator={
+            "command": "python -m service.policies.training_summary",
+            "calibration_seed": seed,
+            "numpy": np.__version__,
+            **inputs.generator,
+        },
+    )
+
+
+def write_summary(summary: TrainingReference, directory: Path) -> Path:
+    """Write `summary` as sorted, indented JSON; returns the path."""
+    path = directory / SUMMARY_FILE
+    path.write_text(json.dumps(summary.to_dict(), sort_keys=True, indent=1) + "\n")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Regenerate every ONNX policy's summary under ``--policies``."""
+    from rich.console import Console
+
+    parser = argparse.ArgumentParser(prog="python -m service.policies.training_summary")
+    parser.add_argument("--policies", type=Path, default=Path("policies"), help="policies folder")
+    parser.add_argument("--seed", type=int, default=0, help="calibration seed")
+    args = parser.parse_args(argv)
+    console = Console(stderr=True)
+    if not args.policies.is_dir():
+        console.print(f"[red]`--policies` {args.policies} is not a folder[/red]")
+        return 2
+    for name, inputs in _sources(args.policies).items():
+        summary = summarise(name, inputs, seed=args.seed)
+        path = write_summary(summary, args.policies / name)
+        thresholds = ", ".join(f"{r.window_requests}: {r.threshold:.2f}" for r in summary.rules)
+        console.print(
+            f"{path}: {summary.reference.n_rows} rows, {summary.n_requests} requests,"
+            f" {summary.n_groups} groups; thresholds {{{thresholds}}}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
