@@ -10,6 +10,7 @@ option ``i`` covers entries ``node_offsets[i]:node_offsets[i + 1]`` of
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -43,15 +44,23 @@ class PlacementOptions:
         """Number of options (the defer action is not an option)."""
         return len(self.node_offsets) - 1
 
-    @property
+    @cached_property
     def nodes_per_option(self) -> NDArray[np.int64]:
-        """Number of nodes in each option, shape ``(n_options,)``."""
-        return np.diff(self.node_offsets)
+        """Number of nodes in each option, shape ``(n_options,)``; read-only.
 
-    @property
+        Cached: features, feasibility and every predictor's features ask for it
+        on each request, and the options never change.
+        """
+        sizes = np.diff(self.node_offsets)
+        sizes.flags.writeable = False
+        return sizes
+
+    @cached_property
     def entry_option(self) -> NDArray[np.int64]:
-        """Option index of every CSR entry, shape ``(n_entries,)``."""
-        return np.repeat(np.arange(self.n_options), self.nodes_per_option)
+        """Option index of every CSR entry, shape ``(n_entries,)``; read-only, cached."""
+        index = np.repeat(np.arange(self.n_options), self.nodes_per_option)
+        index.flags.writeable = False
+        return index
 
     def nodes_of(self, option: int) -> NDArray[np.int32]:
         """Node indices of option `option`."""

@@ -1,11 +1,16 @@
 """The versioned feature function: (state, workload, option) -> float32 row.
 
 Online scoring and offline replay call this same function, so a policy sees
-identical inputs in both. Each decision logs `FeatureFunction.version` and
-`FeatureFunction.definition_hash`; the hash covers the version string, every
-scaling constant and the source of the computation, so any edit to the
-definition — even one constant — changes it, and a policy trained on another
-definition is detected instead of silently fed shifted inputs.
+identical inputs in both. It comes in two forms: `compute_features` for one
+request (offline tools, replay of one decision) and `compute_features_batch`
+for a whole scorer micro-batch (one numpy pass per column instead of one per
+request); they give the same float32 rows bit for bit
+(tests/contract/test_features_batch.py). Each decision logs
+`FeatureFunction.version` and `FeatureFunction.definition_hash`; the hash
+covers the version string, every scaling constant and the source of both
+forms of the computation, so any edit to the definition — even one constant —
+changes it, and a policy trained on another definition is detected instead of
+silently fed shifted inputs.
 
 Features per option (aggregated over the option's nodes; "min" for capabilities
 because a gang runs at the pace of its slowest member):
@@ -45,13 +50,15 @@ import dataclasses
 import hashlib
 import inspect
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from service.contract.actions import PlacementOptions
-from service.contract.hardware import is_known_class
+from service.contract.hardware import HardwareClass, is_known_class
 from service.contract.state import ClusterState
 from service.contract.workload import Workload, WorkloadKind
 
@@ -182,6 +189,190 @@ def compute_features(
     return out.astype(np.float32)
 
 
+def _hardware_numbers(hardware: HardwareClass) -> tuple[float, float, float, float, float]:
+    """(memory, TFLOP/s, bandwidth, link, known) of one class, as the row builder reads them."""
+    return (
+        hardware.accelerator_memory_gb,
+        hardware.peak_dense_tflops,
+        hardware.memory_bandwidth_gbps,
+        hardware.interconnect_gbps,
+        1.0 if is_known_class(hardware) else 0.0,
+    )
+
+
+def _distinct_of_request(
+    state: ClusterState, options: PlacementOptions
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Distinct zones and interconnect domains per option of one request."""
+    nodes = options.node_index
+    entry_option = options.entry_option
+    n_opt = options.n_options
+    zone_codes = np.unique(np.asarray(state.zone, dtype=object), return_inverse=True)[1]
+    locality_codes = np.unique(np.asarray(state.locality, dtype=object), return_inverse=True)[1]
+    return (
+        _distinct_per_option(zone_codes[nodes], entry_option, n_opt),
+        _distinct_per_option(locality_codes[nodes], entry_option, n_opt),
+    )
+
+
+_NODE_COLUMNS = (
+    "node_hardware",
+    "accelerators_free",
+    "accelerators_total",
+    "cpu_free",
+    "cpu_total",
+    "memory_free_gb",
+    "memory_total_gb",
+    "utilisation",
+    "queue_length",
+    "healthy",
+    "draining",
+)
+
+
+def _same_dtypes(states: Sequence[ClusterState]) -> bool:
+    """Whether every node column has one dtype across `states`.
+
+    Some columns are computed in their own precision (``cpu_free / cpu_total``
+    in float32, as the wire delivers them; ``~healthy`` on bools); concatenating
+    a float32 state with a float64 one would silently widen the first, so such
+    a (rare, hand-built) batch is featurised request by request instead.
+    """
+    first = states[0]
+    for name in _NODE_COLUMNS:
+        dtype = getattr(first, name).dtype
+        if any(getattr(s, name).dtype != dtype for s in states):
+            return False
+    return True
+
+
+def compute_features_batch(
+    constants: FeatureConstants,
+    items: Sequence[tuple[ClusterState, Workload, PlacementOptions]],
+) -> NDArray[np.float32]:
+    """Features of every option of every request, stacked: ``(sum of n_options, N_FEATURES)``.
+
+    Row for row the same float32 values as `compute_features` on each request
+    (tests/contract/test_features_batch.py holds them bit-identical), computed
+    with one numpy pass per column over the whole micro-batch instead of one per
+    request: per-request numpy calls, not arithmetic, are what a row costs.
+    Every element goes through the same float64 operations in the same order —
+    sums accumulate a node's entries in CSR order in both — so batching cannot
+    change a bit. Zones and interconnect domains are only counted for requests
+    that have a multi-node option: a one-node option spans one of each.
+    """
+    c = constants
+    n_req = len(items)
+    if n_req == 0:
+        return np.zeros((0, N_FEATURES), dtype=np.float32)
+    node_base = np.zeros(n_req, dtype=np.int64)
+    hw_base = np.zeros(n_req, dtype=np.int64)
+    n_options = np.zeros(n_req, dtype=np.int64)
+    n_entries = np.zeros(n_req, dtype=np.int64)
+    per_workload = np.zeros((n_req, 7), dtype=np.float64)
+    hardware: list[tuple[float, float, float, float, float]] = []
+    kinds = list(WorkloadKind)
+    n_nodes_total = 0
+    for r, (state, workload, options) in enumerate(items):
+        node_base[r] = n_nodes_total
+        n_nodes_total += len(state.node_hardware)
+        hw_base[r] = len(hardware)
+        hardware += [_hardware_numbers(h) for h in state.hardware]
+        n_options[r] = len(options.node_offsets) - 1
+        n_entries[r] = len(options.node_index)
+        per_workload[r] = (
+            workload.accelerator_memory_gb,
+            workload.model_size_b,
+            workload.accelerators,
+            workload.priority,
+            workload.slo_seconds or 0.0,
+            1.0 if workload.slo_seconds else 0.0,
+            kinds.index(workload.kind),
+        )
+    states = [s for s, _, _ in items]
+    opts = [o for _, _, o in items]
+    if not _same_dtypes(states):
+        return np.concatenate([compute_features(c, s, w, o) for s, w, o in items])
+    n_opt = int(n_options.sum())
+    entry_base = np.concatenate([[0], np.cumsum(n_entries)[:-1]]).astype(np.int64)
+    option_base = np.concatenate([[0], np.cumsum(n_options)[:-1]]).astype(np.int64)
+    req_of_entry = np.repeat(np.arange(n_req), n_entries)
+    nodes = np.concatenate([o.node_index for o in opts]).astype(np.int64) + node_base[req_of_entry]
+    starts = np.concatenate([o.node_offsets[:-1] for o in opts]).astype(np.int64) + np.repeat(
+        entry_base, n_options
+    )
+    per_opt_nodes_int = np.concatenate([np.diff(o.node_offsets) for o in opts])
+    entry_option = np.repeat(np.arange(n_opt), per_opt_nodes_int)
+    taken = np.concatenate([o.accelerators for o in opts]).astype(np.float64)
+    per_opt_nodes = per_opt_nodes_int.astype(np.float64)
+
+    def column(name: str) -> NDArray[Any]:
+        joined: NDArray[Any] = np.concatenate([getattr(s, name) for s in states])
+        picked: NDArray[Any] = joined[nodes]
+        return picked
+
+    hw = np.array(hardware, dtype=np.float64).reshape(-1, 5)
+    cls = column("node_hardware").astype(np.int64) + hw_base[req_of_entry]
+    hw_mem, hw_tflops, hw_bw, hw_link, hw_known = (hw[:, k] for k in range(5))
+
+    def total(values: NDArray[np.float64]) -> NDArray[np.float64]:
+        return np.bincount(entry_option, weights=values, minlength=n_opt).astype(np.float64)
+
+    free = column("accelerators_free").astype(np.float64)
+    total_accel = column("accelerators_total").astype(np.float64)
+    min_mem = _min_per_option(hw_mem[cls], starts)
+    min_tflops = _min_per_option(hw_tflops[cls], starts)
+    cpu_frac = column("cpu_free") / np.maximum(column("cpu_total"), 1e-9)
+    mem_frac = column("memory_free_gb") / np.maximum(column("memory_total_gb"), 1e-9)
+    unavailable = (column("draining") | ~column("healthy")).astype(np.float64)
+    w = np.repeat(per_workload, n_options, axis=0)
+
+    out = np.empty((n_opt, N_FEATURES), dtype=np.float64)
+    out[:, 0] = np.log1p(per_opt_nodes)
+    out[:, 1] = per_opt_nodes > 1
+    out[:, 2:4] = 0.0
+    request_of_option = np.repeat(np.arange(n_req), n_options)
+    for r in np.unique(request_of_option[per_opt_nodes_int > 1]):
+        rows = slice(option_base[r], option_base[r] + n_options[r])
+        zones, localities = _distinct_of_request(states[r], opts[r])
+        out[rows, 2] = zones - 1
+        out[rows, 3] = localities - 1
+    out[:, 4] = min_mem / c.memory_scale_gb
+    out[:, 5] = (min_mem - w[:, 0]) / c.memory_scale_gb
+    out[:, 6] = np.log1p(min_tflops) / np.log1p(c.tflops_scale)
+    out[:, 7] = _min_per_option(hw_bw[cls], starts) / c.bandwidth_scale_gbps
+    out[:, 8] = _min_per_option(hw_link[cls], starts) / c.interconnect_scale_gbps
+    out[:, 9] = _min_per_option(hw_known[cls], starts)
+    out[:, 10] = total(column("utilisation").astype(np.float64)) / per_opt_nodes
+    out[:, 11] = np.log1p(np.maximum.reduceat(column("queue_length").astype(np.float64), starts))
+    out[:, 12] = total(taken) / np.maximum(total(free), 1.0)
+    out[:, 13] = (total(free) - total(taken)) / np.maximum(total(total_accel), 1.0)
+    out[:, 14] = _min_per_option(cpu_frac.astype(np.float64), starts)
+    out[:, 15] = _min_per_option(mem_frac.astype(np.float64), starts)
+    out[:, 16] = np.maximum.reduceat(unavailable, starts)
+    for col in range(len(kinds)):
+        out[:, 17 + col] = w[:, 6] == col
+    out[:, 21] = np.log1p(w[:, 1])
+    out[:, 22] = np.log2(1.0 + w[:, 2])
+    out[:, 23] = w[:, 3] / c.priority_scale
+    out[:, 24] = np.where(w[:, 5] > 0, np.log1p(w[:, 4]) / c.slo_log_scale, 0.0)
+    option_tflops = total(hw_tflops[cls] * taken)
+    out[:, 25] = np.log1p(option_tflops / (1.0 + w[:, 1]))
+    return out.astype(np.float32)
+
+
+_DEFINITION = (
+    compute_features,
+    _min_per_option,
+    _distinct_per_option,
+    compute_features_batch,
+    _hardware_numbers,
+    _distinct_of_request,
+    _same_dtypes,
+)
+"""Every function whose source defines the features (the hash covers them all)."""
+
+
 @dataclass(frozen=True)
 class FeatureFunction:
     """The feature function with its identity (version + definition hash)."""
@@ -196,18 +387,26 @@ class FeatureFunction:
         """Features of every option, shape ``(n_options, N_FEATURES)``."""
         return compute_features(self.constants, state, workload, options)
 
+    def batch(
+        self, items: Sequence[tuple[ClusterState, Workload, PlacementOptions]]
+    ) -> NDArray[np.float32]:
+        """Features of every option of every (state, workload, options), stacked in order."""
+        return compute_features_batch(self.constants, items)
+
     @property
     def definition_hash(self) -> str:
-        """sha256 over version, names, constants and the computation's source."""
+        """sha256 over version, names, constants and the source of both forms of the computation.
+
+        The batched form is what online scoring runs and the per-request form
+        what offline tools run; they are held bit-identical by a test, and both
+        are covered, so editing either one changes the hash.
+        """
         material = json.dumps(
             {
                 "version": self.version,
                 "names": list(self.names),
                 "constants": dataclasses.asdict(self.constants),
-                "source": [
-                    inspect.getsource(fn)
-                    for fn in (compute_features, _min_per_option, _distinct_per_option)
-                ],
+                "source": [inspect.getsource(fn) for fn in _DEFINITION],
             },
             sort_keys=True,
         )

@@ -86,27 +86,44 @@ def labels_from_csr(
     if not offsets:
         if labels:
             raise InvalidInput("state.label_offsets", "must be set when labels are given")
-        return tuple(frozenset() for _ in range(n_nodes))
-    if len(offsets) != n_nodes + 1 or offsets[0] != 0 or offsets[-1] != len(labels):
+        empty: frozenset[str] = frozenset()
+        return (empty,) * n_nodes
+    # Plain lists first: slicing and indexing a protobuf repeated field costs far more.
+    bounds, values = list(offsets), list(labels)
+    if len(bounds) != n_nodes + 1 or bounds[0] != 0 or bounds[-1] != len(values):
         raise InvalidInput(
             "state.label_offsets",
             f"must have n_nodes + 1 ({n_nodes + 1}) entries from 0 to len(labels)",
         )
-    if any(b < a for a, b in itertools.pairwise(offsets)):
+    if any(b < a for a, b in itertools.pairwise(bounds)):
         raise InvalidInput("state.label_offsets", "must be non-decreasing")
-    return tuple(frozenset(labels[offsets[i] : offsets[i + 1]]) for i in range(n_nodes))
+    # Nodes mostly carry one label, shared by many: one frozenset per distinct label.
+    single: dict[str, frozenset[str]] = {}
+    out: list[frozenset[str]] = []
+    for a, b in itertools.pairwise(bounds):
+        if b - a == 1:
+            value = values[a]
+            one = single.get(value)
+            if one is None:
+                one = single[value] = frozenset((value,))
+            out.append(one)
+        else:
+            out.append(frozenset(values[a:b]))
+    return tuple(out)
 
 
 def node_hardware_array(values: Sequence[int], n_hardware: int) -> NDArray[np.int32]:
     """`state.node_hardware` as int32; an index too large for it is refused, not wrapped."""
     wide = np.asarray(values, dtype=np.int64).reshape(-1)
-    bad = np.flatnonzero(wide > np.iinfo(np.int32).max)
-    if len(bad):
+    if len(wide) and wide.max() > np.iinfo(np.int32).max:
+        bad = np.flatnonzero(wide > np.iinfo(np.int32).max)
         raise InvalidInput(
             f"state.node_hardware[{bad[0]}]",
             f"must index state.hardware (< {n_hardware}), got {wide[bad[0]]}",
         )
-    return frozen_array(wide, np.int32)
+    narrow = wide.astype(np.int32)
+    narrow.flags.writeable = False
+    return narrow
 
 
 def state_from_columns(src: Any) -> ClusterState:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from service.contract import InvalidInput, MirrorRequest, Outcome, RequestLimits
 from service.contract.validation import validate_outcome, validate_request
@@ -53,9 +54,20 @@ class Ingest:
         self._journal = journal
         self._metrics = metrics
         self._limits = limits
+        # labelled children, looked up once: `labels()` costs microseconds on every ack
+        self._counted: dict[tuple[str, str, str], Any] = {}
+        self._timed: dict[str, Any] = {}
 
-    def mirror(self, transport: str, decode: MirrorDecoder) -> IngestResult:
+    def mirror(
+        self, transport: str, decode: MirrorDecoder, *, canonical: bool = False
+    ) -> IngestResult:
         """Decode, validate and journal one mirrored request.
+
+        `canonical` says the decoded request is exactly what decoding the
+        journaled payload gives (true where the payload is the very protobuf
+        the request was built from); the journal then hands the object to the
+        scorer, which skips a second decode. Otherwise the scorer decodes the
+        bytes, as replay does.
 
         Raises:
             InvalidInput: the request was refused (already counted).
@@ -68,7 +80,13 @@ class Ingest:
             self.count_rejection(transport, "mirror", exc)
             raise
         return self._append(
-            transport, "mirror", RecordKind.MIRROR, request.request_id, payload, started
+            transport,
+            "mirror",
+            RecordKind.MIRROR,
+            request.request_id,
+            payload,
+            started,
+            request if canonical else None,
         )
 
     def outcome(self, transport: str, decode: OutcomeDecoder) -> IngestResult:
@@ -101,9 +119,17 @@ class Ingest:
         request_id: str,
         payload: bytes,
         started: float,
+        decoded: object = None,
     ) -> IngestResult:
-        seq = self._journal.append(record_kind, payload)
+        seq = self._journal.append(record_kind, payload, decoded)
         status = AckStatus.ACCEPTED if seq is not None else AckStatus.SHED
-        self._metrics.ingest.labels(transport, kind, status.value).inc()
-        self._metrics.ack_latency.labels(transport).observe(time.perf_counter() - started)
+        key = (transport, kind, status.value)
+        counter = self._counted.get(key)
+        if counter is None:
+            counter = self._counted[key] = self._metrics.ingest.labels(*key)
+        counter.inc()
+        timer = self._timed.get(transport)
+        if timer is None:
+            timer = self._timed[transport] = self._metrics.ack_latency.labels(transport)
+        timer.observe(time.perf_counter() - started)
         return IngestResult(status, request_id, seq)

@@ -129,11 +129,18 @@ class JournalConfig:
     fsync_mode: FsyncMode = FsyncMode.INTERVAL
     fsync_interval_s: float = 0.05
     tail_cache_bytes: int = 64 * 1024 * 1024  # recent records kept in memory for readers
+    decoded_cache_records: int = 1024  # decoded objects handed from ingest to consumers
+    decoded_cache_payload_bytes: int = 8 * 1024 * 1024  # ... and their payloads' total size
 
     def __post_init__(self) -> None:
         if self.segment_bytes <= HEADER_SIZE:
             raise ValueError(f"segment_bytes must exceed {HEADER_SIZE}")
-        if self.max_bytes <= 0 or self.tail_cache_bytes < 0:
+        if (
+            self.max_bytes <= 0
+            or self.tail_cache_bytes < 0
+            or self.decoded_cache_records < 0
+            or self.decoded_cache_payload_bytes < 0
+        ):
             raise ValueError("max_bytes must be positive and tail_cache_bytes non-negative")
         if not self.fsync_interval_s > 0:
             raise ValueError("fsync_interval_s must be positive")
@@ -196,6 +203,14 @@ class IngestJournal:
         self._cache: list[Accepted] = []
         self._cache_start = 0
         self._cache_bytes = 0
+        # seq -> the object ingest decoded from the payload; bounded by count and by payload
+        # bytes (a decoded 64-node request takes ~26 KiB for a ~6 KiB payload), filled only
+        # while there is room (under overload the scorer decodes the bytes, as after a restart)
+        self._decoded: dict[int, object] = {}
+        self._decoded_sizes: dict[int, int] = {}
+        self._decoded_bytes = 0
+        self._decoded_limit = config.decoded_cache_records
+        self._decoded_byte_limit = config.decoded_cache_payload_bytes
         self._appended = 0
         self._shed = 0
         self._fsync_failures = 0
@@ -227,12 +242,17 @@ class IngestJournal:
 
     # ------------------------------------------------------------------ append
 
-    def append(self, kind: RecordKind, payload: bytes) -> int | None:
+    def append(self, kind: RecordKind, payload: bytes, decoded: object = None) -> int | None:
         """Journal one record; its seq, or ``None`` when shed because the journal is full.
 
         When this returns a seq the record survives a process crash (and power loss
         per the fsync mode). Raises :class:`JournalIOError` if the write failed and
         :class:`JournalClosed` after :meth:`close`.
+
+        ``decoded``, if given, must be exactly what decoding ``payload`` gives (and
+        immutable): readers in this process then receive it as
+        `JournalRecord.decoded` and skip decoding the bytes again. It lives in
+        memory only, for a bounded number of records; the bytes stay the truth.
         """
         kind, payload, pcrc = _prepare(kind, payload)
         size = HEADER_SIZE + len(payload)
@@ -245,6 +265,14 @@ class IngestJournal:
                 return None
             entry = store.append_one_locked(kind, payload, pcrc, size)
             self._appended += 1
+            if (
+                decoded is not None
+                and len(self._decoded) < self._decoded_limit
+                and self._decoded_bytes + len(payload) <= self._decoded_byte_limit
+            ):
+                self._decoded[entry[0]] = decoded
+                self._decoded_sizes[entry[0]] = len(payload)
+                self._decoded_bytes += len(payload)
             if self._cache_limit:
                 self._cache.append(entry)
                 self._cache_bytes += size
@@ -335,13 +363,19 @@ class IngestJournal:
                     chunk = c[i : i + want]
                 else:
                     spans = self._store.read_spans_locked(after, want)
+            known = self._decoded
             if chunk:
-                out.extend(JournalRecord(q, k, p, t) for q, k, p, t, _ in chunk)
+                out.extend(JournalRecord(q, k, p, t, known.get(q)) for q, k, p, t, _ in chunk)
             else:
                 got = read_spans(spans, after, want)
                 if not got:
                     break
-                out.extend(got)
+                out.extend(
+                    JournalRecord(r.seq, r.kind, r.payload, r.appended_at, known[r.seq])
+                    if r.seq in known
+                    else r
+                    for r in got
+                )
             after = out[-1].seq
         return out
 
@@ -394,6 +428,12 @@ class IngestJournal:
                 self._min_pos = min(self._pos.values())
                 floor = min(self._ckpt.values())
                 doomed = self._store.pop_consumed_locked(floor)
+                if self._decoded:
+                    self._decoded = {q: d for q, d in self._decoded.items() if q > floor}
+                    self._decoded_sizes = {
+                        q: n for q, n in self._decoded_sizes.items() if q > floor
+                    }
+                    self._decoded_bytes = sum(self._decoded_sizes.values())
                 if self._cache_limit:
                     self._evict_cache_locked(floor)
             for path in doomed:

@@ -38,7 +38,7 @@ import re
 import struct
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
@@ -85,12 +85,18 @@ _KIND_VALUES = frozenset(int(k) for k in RecordKind)
 
 @dataclass(frozen=True, slots=True)
 class JournalRecord:
-    """One acknowledged ingest request, as a consumer sees it."""
+    """One acknowledged ingest request, as a consumer sees it.
+
+    ``decoded`` is the contract object ingest already built from ``payload``,
+    when it is still in memory (see `IngestJournal.append`); consumers fall
+    back to decoding ``payload`` when it is None. Not part of equality.
+    """
 
     seq: int
     kind: RecordKind
     payload: bytes
     appended_at: float
+    decoded: object = field(default=None, compare=False, repr=False)
 
 
 class JournalError(Exception):

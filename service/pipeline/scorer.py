@@ -27,7 +27,7 @@ from service.pipeline.journal import IngestJournal
 from service.pipeline.journal_format import JournalRecord, RecordKind
 from service.pipeline.quarantine import Quarantine
 from service.pipeline.scoring import REFERENCE_BATCH, ScoredDecision, score_requests
-from service.policies.base import DecisionStatus, Policy
+from service.policies.base import DecisionStatus, Policy, ScoringBatch
 from service.policies.runner import PolicyRun
 from service.wire.convert import mirror_request_from_pb, outcome_from_pb
 from service.wire.understudy.v1 import contract_pb2
@@ -113,6 +113,13 @@ class ScorerConfig:
 
     max_batch: int = 256
     idle_wait_s: float = 0.2
+    min_batch: int = 64
+    """Below this many waiting records the loop lingers (up to `linger_s`) for more: a
+    16-request batch costs the scorer ~1.5x per request what a 64-request one does, a
+    single request ~4x, so lone records are not scored the moment they arrive."""
+    linger_s: float = 0.02
+    """Longest wait for a batch to fill; decisions are logged at most this much later.
+    The ack never waits for the scorer, so this delays only the decision log."""
     retry_initial_s: float = 0.1
     retry_max_s: float = 5.0
     poison_attempts: int = 3
@@ -124,8 +131,14 @@ class ScorerConfig:
 
 
 def decode(record: JournalRecord) -> MirrorRequest | Outcome:
-    """The contract object of a journal record (validated at ingest already)."""
+    """The contract object of a journal record (validated at ingest already).
+
+    Ingest's own decoding of the payload is reused when the journal still holds
+    it (`JournalRecord.decoded`); otherwise the bytes are decoded here.
+    """
     if record.kind == RecordKind.MIRROR:
+        if isinstance(record.decoded, MirrorRequest):
+            return record.decoded
         return mirror_request_from_pb(contract_pb2.MirrorRequest.FromString(record.payload))
     return outcome_from_pb(contract_pb2.Outcome.FromString(record.payload))
 
@@ -152,6 +165,7 @@ class Scorer:
         self._policies = active_policies
         self._sink = sink
         self._observer = observer
+        self.on_scored: Callable[[ScoringBatch, list[ScoredDecision]], None] | None = None
         self._features = features
         self._config = config or ScorerConfig()
         self._stop = threading.Event()
@@ -180,12 +194,14 @@ class Scorer:
         decisions: list[ScoredDecision] = []
         runs: list[PolicyRun] = []
         if requests and policies:
-            _, decisions, runs = score_requests(
+            scored, decisions, runs = score_requests(
                 [r.request for r in requests], policies, self._features, self._config.budgets_s
             )
             scale = max(1.0, len(requests) / REFERENCE_BATCH)
             for run in runs:
                 self.quarantine.record(run.policy, self._strike(run, scale))
+        if self.on_scored is not None and decisions:  # drift (service.pipeline.drift_monitor)
+            self.on_scored(scored, decisions)
         self._observer.on_batch(len(requests), runs, decisions)
         batch = ScoredBatch(
             requests=requests,
@@ -299,11 +315,18 @@ class Scorer:
         )
 
     def run(self) -> None:
-        """Loop until stopped: wait for records, step."""
+        """Loop until stopped: wait for records, let a batch fill (briefly), step."""
+        lingered = False
         while not self._stop.is_set():
-            if self._journal.depth_records(self.CONSUMER) == 0:
+            depth = self._journal.depth_records(self.CONSUMER)
+            if depth == 0:
                 self._journal.wait_for_records(self.CONSUMER, self._config.idle_wait_s)
                 continue
+            if depth < self._config.min_batch and not lingered and self._config.linger_s > 0:
+                lingered = True
+                self._stop.wait(self._config.linger_s)
+                continue
+            lingered = False
             try:
                 self.step()
             except Exception:  # the loop must survive anything a batch throws

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -67,51 +68,135 @@ def _draw(probabilities: NDArray[np.float64], defer_p: float, u: float) -> int:
     return index if index < len(probabilities) else DEFER
 
 
+_PADDED_LIMIT = 1 << 20
+"""Largest (requests x widest request) matrix `_draws` pads to; beyond it, one request at a time."""
+
+
+def _draws(
+    offsets: NDArray[np.int64],
+    probabilities: NDArray[np.float64],
+    defer: NDArray[np.float64],
+    uniforms: NDArray[np.float64],
+) -> NDArray[np.int64]:
+    """`_draw` for every request of a batch at once, with the same result bit for bit.
+
+    Each request's probabilities are laid out in one row of a zero-padded
+    matrix; ``cumsum`` along a row adds the same numbers in the same order as
+    ``cumsum`` of the request's own slice (trailing zeros come after its last
+    entry), and ``searchsorted(cdf, x, "right")`` on a non-decreasing cdf is
+    the count of entries ``<= x``. Where that reasoning could fail — a
+    negative probability (unsorted cdf), a non-finite total — or the padding
+    would be large, the per-request `_draw` is used instead.
+    """
+    n_req = len(offsets) - 1
+    counts = np.diff(offsets)
+    width = int(counts.max()) if n_req else 0
+
+    def one_by_one() -> NDArray[np.int64]:
+        return np.array(
+            [
+                _draw(
+                    probabilities[offsets[r] : offsets[r + 1]], float(defer[r]), float(uniforms[r])
+                )
+                for r in range(n_req)
+            ],
+            dtype=np.int64,
+        )
+
+    if n_req == 0 or n_req * width > _PADDED_LIMIT or (probabilities < 0).any():
+        return one_by_one()
+    inside = np.arange(width)[None, :] < counts[:, None]
+    padded = np.zeros((n_req, width), dtype=np.float64)
+    padded[inside] = probabilities
+    with np.errstate(over="ignore"):  # an overflowing total falls back below
+        cdf = np.cumsum(padded, axis=1)
+    last = cdf[np.arange(n_req), np.maximum(counts - 1, 0)] if width else np.zeros(n_req)
+    with np.errstate(over="ignore"):
+        total = np.where(counts > 0, last + defer, defer)
+    if not np.isfinite(total).all():
+        return one_by_one()
+    x = uniforms * total
+    index = ((cdf <= x[:, None]) & inside).sum(axis=1)
+    return np.where(index < counts, index, DEFER).astype(np.int64)
+
+
 def _per_request(
     batch: ScoringBatch, policy: Policy, run: PolicyRun, latency_us: float
 ) -> list[ScoredDecision]:
+    """One `ScoredDecision` per request: draws for the whole batch, then cheap slices.
+
+    The per-request arrays are read-only views of the batch's arrays (no copies).
+    """
     d = run.decisions
+    name, version, error = str(policy.name), str(policy.version), run.error
+    offsets = np.asarray(batch.offsets, dtype=np.int64)
+    probs_all = np.asarray(d.probabilities, dtype=np.float64)
+    scores_all = np.asarray(d.scores, dtype=np.float32)
+    defer_all = np.asarray(d.defer_probability, dtype=np.float64)
+    predictions_all = (
+        {k: np.asarray(v, dtype=np.float32) for k, v in d.predictions.items()}
+        if d.predictions
+        else None
+    )
+    shared: list[NDArray[Any]] = [probs_all, scores_all, *(predictions_all or {}).values()]
+    for array in shared:
+        array.flags.writeable = False
+    requests = batch.requests
+    drawn = [status != DecisionStatus.ERROR for status in d.status]
+    uniforms = np.array(
+        [
+            decision_uniform(request.request_id, name, version) if draw else 0.0
+            for request, draw in zip(requests, drawn, strict=True)
+        ],
+        dtype=np.float64,
+    )
+    chosen_all = np.where(drawn, _draws(offsets, probs_all, defer_all, uniforms), DEFER)
+    starts = offsets[:-1]
+    padded_probs = np.append(probs_all, 0.0)
+    chosen_p_all = np.where(
+        chosen_all == DEFER,
+        defer_all,
+        padded_probs[np.where(chosen_all == DEFER, len(probs_all), starts + chosen_all)],
+    )
+    bounds = offsets.tolist()
+    chosen_list = chosen_all.tolist()
+    chosen_p_list = chosen_p_all.tolist()
+    defer_list = defer_all.tolist()
+    favourite_list = np.asarray(d.raw_favourite_infeasible, dtype=bool).tolist()
     out = []
-    for r, request in enumerate(batch.requests):
-        start, end = int(batch.offsets[r]), int(batch.offsets[r + 1])
-        probs = d.probabilities[start:end]
-        defer_p = float(d.defer_probability[r])
-        status = d.status[r]
-        if status != DecisionStatus.ERROR:
-            u = decision_uniform(request.request_id, policy.name, policy.version)
-            chosen = _draw(probs, defer_p, u)
-        else:
-            chosen = DEFER
-        chosen_p = defer_p if chosen == DEFER else float(probs[chosen])
+    for r, request in enumerate(requests):
+        start, end = bounds[r], bounds[r + 1]
+        probs = probs_all[start:end]
+        defer_p = defer_list[r]
+        chosen = chosen_list[r]
         production = request.production
         prod_p: float | None = None
         agrees: bool | None = None
         if production is not None:
             prod_p = defer_p if production.option == DEFER else float(probs[production.option])
             agrees = chosen == production.option
-        predictions = (
-            {k: v[start:end].astype(np.float32) for k, v in d.predictions.items()}
-            if d.predictions
-            else None
-        )
         out.append(
             ScoredDecision(
                 request_id=request.request_id,
                 request_time=request.request_time,
-                policy=policy.name,
-                policy_version=policy.version,
-                status=status,
+                policy=name,
+                policy_version=version,
+                status=d.status[r],
                 chosen=chosen,
-                chosen_probability=chosen_p,
+                chosen_probability=chosen_p_list[r],
                 production_probability=prod_p,
                 defer_probability=defer_p,
-                scores=d.scores[start:end].astype(np.float32),
-                probabilities=probs.astype(np.float64),
-                raw_favourite_infeasible=bool(d.raw_favourite_infeasible[r]),
+                scores=scores_all[start:end],
+                probabilities=probs,
+                raw_favourite_infeasible=favourite_list[r],
                 agrees_with_production=agrees,
                 latency_us=latency_us,
-                predictions=predictions,
-                error=run.error,
+                predictions=(
+                    {k: v[start:end] for k, v in predictions_all.items()}
+                    if predictions_all is not None
+                    else None
+                ),
+                error=error,
             )
         )
     return out

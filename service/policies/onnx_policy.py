@@ -14,6 +14,7 @@ only from `Exception`); they are translated here, at the boundary, into
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -193,6 +194,7 @@ class OnnxPredictor:
     ) -> None:
         self._model = model
         self._features = features
+        self._last: tuple[weakref.ref[ScoringBatch], dict[str, NDArray[np.float32]]] | None = None
 
     @property
     def name(self) -> str:
@@ -228,14 +230,28 @@ class OnnxPredictor:
         return q
 
     def predict(self, batch: ScoringBatch) -> dict[str, NDArray[np.float32]]:
-        """Throughput and completion-time quantiles per option row."""
+        """Throughput and completion-time quantiles per option row.
+
+        Several policies of one micro-batch share a predictor (a scorer that
+        attaches its predictions, a baseline that ranks by them), so the result
+        for the latest batch is kept and handed out again, read-only: the
+        predictor's features and ONNX run are paid once per batch, not once
+        per policy. A batch is immutable, and the cache holds it weakly.
+        """
+        last = self._last
+        if last is not None and last[0]() is batch:
+            return dict(last[1])
         x = self._features(batch.requests)
         if len(x) != len(batch.mask):
             raise PolicyScoringError(
                 self.name,
                 f"`batch.requests` describe {len(x)} options, the batch has {len(batch.mask)} rows",
             )
-        return with_completion_time(batch, self.predict_rows(x))
+        predictions = with_completion_time(batch, self.predict_rows(x))
+        for values in predictions.values():
+            values.flags.writeable = False
+        self._last = (weakref.ref(batch), predictions)
+        return dict(predictions)
 
 
 class OnnxPolicy:

@@ -223,6 +223,22 @@ class DecisionLogWriter:
         return Counts(inserted=inserted, duplicates=len(rows) - inserted)
 
 
+def _without_conflict_clause(insert_sql: LiteralString) -> LiteralString:
+    """`insert_sql` without its ``ON CONFLICT ... DO NOTHING`` line: the plain insert."""
+    lines = [line for line in insert_sql.splitlines() if "ON CONFLICT" not in line]
+    plain = "\n".join(lines)
+    if plain == insert_sql:
+        raise ValueError("the statement has no ON CONFLICT clause")
+    return plain
+
+
+_PLAIN = {
+    sql_text: _without_conflict_clause(sql_text)
+    for sql_text in (_INSERT_REQUESTS, _INSERT_DECISIONS)
+}
+"""Statements tried plain first. Not snapshots: consecutive batches often share one."""
+
+
 def _insert(
     cur: psycopg.Cursor[Any],
     offered: int,
@@ -230,8 +246,27 @@ def _insert(
     rows: Sequence[CopyRow],
     insert_sql: LiteralString,
 ) -> Counts:
-    """COPY `rows` into `stage`, run `insert_sql`; count new rows against `offered`."""
+    """COPY `rows` into `stage`, move them in; count new rows against `offered`.
+
+    Almost every batch is new, so the plain ``INSERT ... SELECT`` is tried first
+    (inside a savepoint): it skips ``ON CONFLICT``'s extra index probe per row.
+    Only when a row is already there (a replay after a crash, a re-mirrored
+    request) does it fail with a unique violation; the savepoint is rolled
+    back and `insert_sql` (``ON CONFLICT DO NOTHING``) runs instead. The rows
+    written are the same either way.
+    """
     copy_rows(cur, stage, rows)
+    plain = _PLAIN.get(insert_sql)
+    if plain is not None:
+        cur.execute("SAVEPOINT plain_insert")
+        try:
+            cur.execute(plain)
+        except psycopg.errors.UniqueViolation:
+            cur.execute("ROLLBACK TO SAVEPOINT plain_insert")
+        else:
+            inserted = max(cur.rowcount, 0)
+            cur.execute("RELEASE SAVEPOINT plain_insert")
+            return Counts(inserted=inserted, duplicates=offered - inserted)
     cur.execute(insert_sql)
     inserted = max(cur.rowcount, 0)
     return Counts(inserted=inserted, duplicates=offered - inserted)

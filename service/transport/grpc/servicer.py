@@ -88,7 +88,7 @@ class ShadowEvaluationServicer:
     def mirror(self, raw: bytes, context: grpc.ServicerContext) -> shadow_pb2.MirrorAck:
         """Unary mirror: INVALID_ARGUMENT on bad input, else ACCEPTED or SHED."""
         self._authorise(context)
-        result = self._ingest.mirror("grpc", self._decode_mirror(raw))
+        result = self._ingest.mirror("grpc", self._decode_mirror(raw), canonical=True)
         return shadow_pb2.MirrorAck(status=_PB_STATUS[result.status], request_id=result.request_id)
 
     @handle_errors
@@ -114,7 +114,9 @@ class ShadowEvaluationServicer:
             def decode() -> tuple[MirrorRequest, bytes]:
                 return mirror_request_from_pb(envelope.request), payload
 
-            return envelope.sequence, lambda: self._ingest.mirror("grpc_stream", decode)
+            return envelope.sequence, lambda: self._ingest.mirror(
+                "grpc_stream", decode, canonical=True
+            )
 
         return self._run_stream(requests, context, open_envelope, "mirror")
 
