@@ -3,7 +3,8 @@
 #   make test       create .venv, install test needs (promtool too), run the whole suite
 #   make test-fast  skip the slow statistical and fault tests
 #   make lint       ruff, mypy, and the generated-code staleness check
-#   make bench      benchmarks against the stack's raw limits
+#   make bench      benchmarks against the stack's raw limits (BENCH_ARGS=--quick: smoke run)
+#   make bench-long the same, with 5 minutes of overload for the RSS benchmark
 #   make proto      regenerate service/wire/understudy from protos/
 
 PYTHON ?= python3
@@ -12,7 +13,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast lint bench proto check-tools clean
+.PHONY: demo test test-fast lint bench bench-long proto check-tools clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -57,7 +58,10 @@ lint: $(STAMP)
 	$(PY) tools/gen_protos.py --check
 
 bench: $(STAMP)
-	$(PY) -m benchmarks
+	$(PY) -m benchmarks $(BENCH_ARGS)
+
+bench-long: $(STAMP)
+	$(PY) -m benchmarks --long $(BENCH_ARGS)
 
 proto: $(STAMP)
 	$(PY) tools/gen_protos.py

@@ -21,12 +21,14 @@ from service.decision_log import DecisionLogSink
 from service.evaluator_wiring import candidate_gate, wire_evaluator
 from service.metrics import ServiceMetrics
 from service.pipeline.dead_letter import DeadLetterBox
+from service.pipeline.drift_monitor import DriftMonitor
 from service.pipeline.evaluator import EvaluatorConfig
 from service.pipeline.ingest import Ingest
 from service.pipeline.journal import FsyncMode, IngestJournal, JournalConfig
 from service.pipeline.quarantine import Quarantine
 from service.pipeline.scorer import Scorer, ScorerConfig
 from service.pipeline.scorer_metrics import ScorerMetrics
+from service.pipeline.sealer import SealerLoop, SealMetrics
 from service.policies.registry import Registry, load_registry
 from service.protocols import ProtocolDesk, policy_refs
 from service.readiness import Readiness
@@ -40,10 +42,14 @@ from service.storage import (
     open_database,
     upgrade,
 )
+from service.storage.chain_anchor import Anchor, load_key
+from service.storage.chain_seal import ChainSealer
+from service.storage.reviewer_audit import ReviewerAccess
 from service.transport.grpc.server import build_grpc_server
 from service.transport.grpc.servicer import ShadowEvaluationServicer
 from service.transport.http.app import create_http_app
 from service.transport.http.protocols import protocol_router
+from service.transport.http.reviewer import reviewer_router
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +141,9 @@ def build_service(
                 max_body_bytes=settings.max_request_bytes,
             )
         )
+        service.http_app.include_router(
+            reviewer_router(ReviewerAccess(service.engine), authority, metrics)
+        )
     service.http_socket = bind_socket(settings.http_host, settings.http_port)
     return service
 
@@ -183,6 +192,19 @@ def _wire_scoring(service: Service, policies: Registry | None) -> None:
         DeadLetterBox(settings.data_dir / "dead-letter"),
     )
     service.scorer = scorer
+    if registry.training_summaries:  # docs/drift.md
+        drift = DriftMonitor(
+            registry.training_summaries, settings.drift_window_requests, service.metrics
+        )
+        scorer.on_scored = drift.observe
+    if settings.chain_seal_interval_s > 0:  # docs/tamper_evidence.md
+        key_file, anchor_file = settings.resolved_chain_files
+        sealer = ChainSealer(
+            engine, Anchor(anchor_file, load_key(key_file)), block_rows=settings.chain_block_rows
+        )
+        service.sealer = SealerLoop(
+            sealer, SealMetrics(service.metrics), settings.chain_seal_interval_s
+        )
     service.readiness.register("database", lambda: database_healthy(engine))
     service.readiness.register(
         "decision_log",

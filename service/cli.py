@@ -9,8 +9,11 @@ from rich.console import Console
 from rich.table import Table
 
 from service.auth import token_digest
+from service.cli_capacity import capacity_app
 from service.cli_evaluation import evaluation_app
+from service.cli_export import export_app
 from service.cli_learning import learning_app
+from service.cli_log import log_app
 from service.cli_protocols import protocol_app
 from service.settings import Settings
 
@@ -49,6 +52,9 @@ def settings() -> None:
 app.add_typer(protocol_app, name="protocol")
 app.add_typer(learning_app)  # train, compare, sweep as top-level commands
 app.add_typer(evaluation_app)  # ope, evidence as top-level commands
+app.add_typer(capacity_app)  # capacity: docs/capacity.md
+app.add_typer(export_app)  # export: docs/export.md
+app.add_typer(log_app, name="log")  # seal, verify, retire: docs/tamper_evidence.md
 
 db_app = typer.Typer(help="Decision-log database.", no_args_is_help=True)
 app.add_typer(db_app, name="db")

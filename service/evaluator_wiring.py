@@ -27,12 +27,19 @@ from service.contract import DEFAULT_FEATURES, N_FEATURES, InvalidInput
 from service.contract.feasibility import SIGNALS, check_feasibility
 from service.contract.reward import REWARD_FIELDS
 from service.evidence import build_package
+from service.pipeline.calibration_monitor import (
+    MAX_WINDOW_ROWS,
+    CalibrationMonitor,
+    CalibrationStep,
+    predictor_policies,
+)
 from service.pipeline.candidate_gate import CandidateGate
 from service.pipeline.evaluator import (
     BeforeApply,
     Cursor,
     Evaluator,
     EvaluatorConfig,
+    EvaluatorObserver,
     Watched,
 )
 from service.pipeline.evaluator_metrics import EvaluatorMetrics, evaluator_families
@@ -41,6 +48,7 @@ from service.protocols import ProtocolDesk, ProtocolRecords, RecordedProtocol, p
 from service.protocols.rounds import Decisions, JoinedRounds, QualityCounts
 from service.runtime import Service
 from service.storage import ProtocolStore
+from service.storage.calibration_reads import read_calibration
 from service.storage.evaluation_reads import (
     DecisionRecord,
     JoinedRound,
@@ -54,6 +62,7 @@ from service.storage.evaluation_store import (
     EvidenceSnapshot,
     FencedProtocolRecords,
 )
+from service.storage.ope_reads import OpeFilter
 from service.wire.convert import mirror_request_from_pb
 from service.wire.understudy.v1 import contract_pb2
 
@@ -254,6 +263,26 @@ def candidate_gate(service: Service, refresh_s: float = 2.0) -> CandidateGate:
     return CandidateGate(EvaluationStore(service.engine).halted_candidates, refresh_s)
 
 
+def calibration_monitor(service: Service) -> CalibrationMonitor | None:
+    """The live calibration check of `service`'s predictor policies (None: there are none)."""
+    engine, registry = service.engine, service.policies
+    if engine is None or registry is None or not (names := predictor_policies(registry)):
+        return None
+    return CalibrationMonitor(
+        names,
+        lambda since: [
+            rows
+            for name in names
+            for rows in read_calibration(
+                engine, OpeFilter(policies=(name,)), outcomes_since=since, limit=MAX_WINDOW_ROWS
+            )
+        ],
+        service.metrics,
+        window_s=service.settings.calibration_window_s,
+        interval_s=service.settings.calibration_interval_s,
+    )
+
+
 def wire_evaluator(
     service: Service,
     config: EvaluatorConfig | None = None,
@@ -285,12 +314,16 @@ def wire_evaluator(
     )
     lease = Lease(store, config.lease_name, holder or holder_id(), config.lease_ttl_s)
     families = evaluator_families(service.metrics, service.metrics.registry)
+    observer: EvaluatorObserver = EvaluatorMetrics(families)
+    calibration = calibration_monitor(service)
+    if calibration is not None:  # a step after each tick (docs/calibration.md)
+        observer = CalibrationStep(observer, calibration)
     return Evaluator(
         desk,
         store,
         DecisionLogRounds(store, config),
         lease,
-        EvaluatorMetrics(families),
+        observer,
         StoredEvidence(store, records),
         config,
         gate,

@@ -249,6 +249,80 @@ class ServiceMetrics:
             ["reason"],
             registry=registry,
         )
+        self.calibration_coverage = Gauge(
+            "understudy_calibration_coverage",
+            "Observed coverage of each predictor policy's central interval at nominal level "
+            "(0.5, 0.8, 0.9) over the outcomes of the last window (NaN before any).",
+            ["policy", "level"],
+            registry=registry,
+        )
+        self.calibration_flagged = Gauge(
+            "understudy_calibration_flagged",
+            "1 if the last calibration window of the predictor policy was flagged, else 0.",
+            ["policy"],
+            registry=registry,
+        )
+        self.calibration_outcomes = Gauge(
+            "understudy_calibration_outcomes",
+            "Joined outcomes matched to the policy's prediction in the last window.",
+            ["policy"],
+            registry=registry,
+        )
+        self.reviewer_queries = Counter(
+            "understudy_reviewer_queries",
+            "Reviewer API queries by endpoint and result (ok, rejected, not_found, denied, "
+            "unavailable); each is also a row of the reviewer_access_log table.",
+            ["endpoint", "result"],
+            registry=registry,
+        )
+        self.chain_sealed_rows = Counter(
+            "understudy_chain_sealed_rows",
+            "Decisions hashed into the tamper-evident chain and anchored by this replica.",
+            registry=registry,
+        )
+        self.chain_seal_lag = Gauge(
+            "understudy_chain_seal_lag_seconds",
+            "Age (by scored_at) of the oldest decision not yet sealed after the last seal; "
+            "0 when everything is sealed.",
+            registry=registry,
+        )
+        self.chain_seal_errors = Counter(
+            "understudy_chain_seal_errors",
+            "Seals that failed (database unreachable, anchor file unwritable); retried.",
+            registry=registry,
+        )
+        self.drift_psi_max = Gauge(
+            "understudy_drift_psi_max",
+            "Largest per-feature PSI against the policy's training summary in the last closed "
+            "drift window (docs/drift.md).",
+            ["policy"],
+            registry=registry,
+        )
+        self.drift_flagged = Gauge(
+            "understudy_drift_flagged",
+            "1 if the policy's last closed drift window was flagged, else 0.",
+            ["policy"],
+            registry=registry,
+        )
+        self.drift_windows = Counter(
+            "understudy_drift_windows",
+            "Closed drift windows per policy, by flagged (true, false).",
+            ["policy", "flagged"],
+            registry=registry,
+        )
+        self.drift_arrival_shift = Gauge(
+            "understudy_drift_arrival_shift",
+            "Arrival statistic of the policy's last closed drift window minus its training "
+            "median, log units; negative when requests come faster (docs/drift.md).",
+            ["policy"],
+            registry=registry,
+        )
+        self.drift_out_of_support = Counter(
+            "understudy_drift_out_of_support_decisions",
+            "Decisions made on an input outside the policy's training support.",
+            ["policy"],
+            registry=registry,
+        )
         self.ready = Gauge(
             "understudy_ready",
             "1 when the service can accept mirrored work, 0 otherwise.",

@@ -23,6 +23,7 @@ from service.metrics import ServiceMetrics
 from service.pipeline.evaluator import Evaluator
 from service.pipeline.journal import IngestJournal
 from service.pipeline.scorer import Scorer
+from service.pipeline.sealer import SealerLoop
 from service.policies.registry import Registry
 from service.readiness import Readiness
 from service.settings import Settings
@@ -32,7 +33,11 @@ from service.transport.http.slow_clients import RequestDeadlineProtocol
 
 def bind_socket(host: str, port: int) -> socket.socket:
     """A listening socket, bound before uvicorn starts so port 0 can be reported."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    # proto must be IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted
+    # connections only when sock.proto says TCP, and without it Nagle's algorithm
+    # holds every keep-alive HTTP response ~40 ms (measured: 21 req/s on one connection).
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(1024)
@@ -57,6 +62,7 @@ class Service:
     policies: Registry | None = None
     scorer: Scorer | None = None
     evaluator: Evaluator | None = None
+    sealer: SealerLoop | None = None
     _http_server: uvicorn.Server | None = field(default=None, repr=False)
     _http_thread: threading.Thread | None = field(default=None, repr=False)
 
@@ -94,6 +100,8 @@ class Service:
             self.scorer.start()
         if self.evaluator is not None:
             self.evaluator.start()
+        if self.sealer is not None:
+            self.sealer.start()
         self.update_health()
 
     def wait_started(self, timeout: float = 10.0) -> None:
@@ -129,6 +137,8 @@ class Service:
             self.evaluator.stop()  # gives up the lease: another replica takes over at once
         if self.scorer is not None:
             self.scorer.stop(drain_timeout_s)
+        if self.sealer is not None:
+            self.sealer.stop()  # seals what the scorer drained
         self.journal.close()
         if self.engine is not None:
             self.engine.dispose()

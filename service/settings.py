@@ -87,6 +87,11 @@ class Settings(BaseSettings):
     scorer_max_batch: int = Field(default=256, ge=1, le=10_000)
     """Most journal records one scoring micro-batch takes; batches are smaller when idle."""
 
+    drift_window_requests: int = Field(default=4000, ge=250)
+    """Scored requests per drift window (docs/drift.md): every this many requests each
+    policy with a training summary closes a window, compared with its training data. The
+    flag threshold used is the one calibrated for the largest window not above this."""
+
     policy_time_budget_ms: float = Field(default=100.0, gt=0)
     """Per-batch time budget of policies whose manifest sets none (the baselines)."""
 
@@ -115,6 +120,29 @@ class Settings(BaseSettings):
 
     evaluator_join_grace_s: float = Field(default=3600.0, ge=0)
     """Requests younger than this are not yet expected to have an outcome (join-rate criteria)."""
+
+    calibration_window_s: float = Field(default=3600.0, gt=0)
+    """Calibration monitor: predictors are checked on the outcomes received in the last
+    this many seconds (docs/calibration.md)."""
+
+    calibration_interval_s: float = Field(default=60.0, gt=0)
+    """Seconds between two calibration checks (a step of the evaluator loop, so at least
+    `evaluator_interval_s` apart)."""
+
+    chain_seal_interval_s: float = Field(default=10.0, ge=0)
+    """Seconds between seals of the decision chain (docs/tamper_evidence.md); 0 disables
+    the sealer on this replica (seals are serialised by a lock; one replica suffices)."""
+
+    chain_block_rows: int = Field(default=1000, ge=1, le=100_000)
+    """Most decisions per chain block: a broken anchored block names at most this many rows."""
+
+    chain_key_file: Path | None = None
+    """HMAC-SHA256 key signing the chain anchor (created 0600 when missing); defaults to
+    `<data_dir>/chain.key`. The database never sees it: keep it off the database host."""
+
+    chain_anchor_file: Path | None = None
+    """Append-only, signed file of chain heads and retirements; defaults to
+    `<data_dir>/chain-anchor.jsonl`."""
 
     auth_tokens: dict[str, str] = Field(default_factory=dict, repr=False)
     """Bearer tokens, stored as sha256 hex digest -> "role" or "role:principal"
@@ -154,3 +182,11 @@ class Settings(BaseSettings):
     def resolved_journal_dir(self) -> Path:
         """The journal directory after applying the default."""
         return self.journal_dir or self.data_dir / "journal"
+
+    @property
+    def resolved_chain_files(self) -> tuple[Path, Path]:
+        """The chain's (key file, anchor file) after applying the defaults."""
+        return (
+            self.chain_key_file or self.data_dir / "chain.key",
+            self.chain_anchor_file or self.data_dir / "chain-anchor.jsonl",
+        )

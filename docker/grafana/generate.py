@@ -324,6 +324,31 @@ def oncall() -> g.Dashboard:
             "rowsps",
         ),
         Panel(
+            "Tamper-evidence sealing lag",
+            (
+                _q(
+                    f"max by (instance) (understudy_chain_seal_lag_seconds{{{INST}}})",
+                    "{{instance}}",
+                ),
+            ),
+            "s",
+            "Age of the oldest logged decision not yet hash-chained and anchored (docs/tamper_evidence.md).",
+        ),
+        Panel(
+            "Rows sealed",
+            (
+                _q(
+                    f"sum by (instance) (rate(understudy_chain_sealed_rows_total{{{INST}}}[$__rate_interval]))",
+                    "{{instance}} sealed",
+                ),
+                _q(
+                    f"sum by (instance) (rate(understudy_chain_seal_errors_total{{{INST}}}[$__rate_interval]))",
+                    "{{instance}} errors",
+                ),
+            ),
+            "ops",
+        ),
+        Panel(
             "Dead letters",
             (
                 _q(
@@ -460,6 +485,69 @@ def experiments() -> g.Dashboard:
             "percentunit",
         ),
     ]
+    model_health = [
+        Panel(
+            "Drift: largest feature PSI",
+            (_q(f"max by (policy) (understudy_drift_psi_max{{{INST}, {POL}}})", "{{policy}}"),),
+            "short",
+            "Largest per-feature PSI of the last closed window against the policy's training summary (docs/drift.md). Above ~0.25 is a large shift.",
+            width=8,
+        ),
+        Panel(
+            "Drift flagged",
+            (_q(f"max by (policy) (understudy_drift_flagged{{{INST}, {POL}}})", "{{policy}}"),),
+            "short",
+            "1 when the last closed window failed the drift test (false-flag rate controlled at 5%).",
+            width=8,
+        ),
+        Panel(
+            "Decisions on out-of-support inputs",
+            (
+                _q(
+                    f"sum by (policy) (rate(understudy_drift_out_of_support_decisions_total{{{INST}, {POL}}}[$__rate_interval]))",
+                    "{{policy}}",
+                ),
+            ),
+            "ops",
+            "Inputs outside what the policy was trained on: its choices there are extrapolation.",
+            width=8,
+        ),
+        Panel(
+            "Calibration: interval coverage",
+            (
+                _q(
+                    f"max by (policy, level) (understudy_calibration_coverage{{{INST}, {POL}}})",
+                    "{{policy}} nominal {{level}}",
+                ),
+            ),
+            "percentunit",
+            "Observed coverage of the predictor's central intervals on joined outcomes; should sit at the nominal level (docs/calibration.md).",
+            width=8,
+        ),
+        Panel(
+            "Calibration flagged",
+            (
+                _q(
+                    f"max by (policy) (understudy_calibration_flagged{{{INST}, {POL}}})",
+                    "{{policy}}",
+                ),
+            ),
+            "short",
+            "1 when the last window's coverage test rejected calibration.",
+            width=8,
+        ),
+        Panel(
+            "Outcomes in the calibration window",
+            (
+                _q(
+                    f"max by (policy) (understudy_calibration_outcomes{{{INST}, {POL}}})",
+                    "{{policy}}",
+                ),
+            ),
+            "short",
+            width=8,
+        ),
+    ]
     evaluator = [
         Panel(
             "Evaluator leader",
@@ -488,7 +576,12 @@ def experiments() -> g.Dashboard:
             _variable("policy", "policy", "understudy_decisions_total"),
             _variable("instance", "replica", "understudy_ready"),
         ],
-        [("Criteria", criteria), ("Policies vs production", agreement), ("Evaluator", evaluator)],
+        [
+            ("Criteria", criteria),
+            ("Policies vs production", agreement),
+            ("Model health: drift and calibration", model_health),
+            ("Evaluator", evaluator),
+        ],
     )
 
 

@@ -13,6 +13,10 @@ names the policy and the problem:
 5. a policy's predictor, if named, has loaded;
 6. `check_policy` / `check_predictor` pass on a probe batch.
 
+A policy's ``training_summary.json`` (`service.policies.training_summary`),
+when present, is loaded beside it for drift checks; one computed for another
+feature definition is refused (the policy still loads, without drift).
+
 Predictors are read with the feature function their manifest names (the
 Gavel predictor's, or the outcome features of the predictor learned from
 simulated logs). A policy with a ``planning`` block is an `LcbPlanner`: its
@@ -49,6 +53,7 @@ from service.policies.predictor_features import (
     PredictorFeatureFunction,
 )
 from service.policies.synthetic import random_requests
+from service.policies.training_summary import TrainingReference, load_summary
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +70,16 @@ class Registry:
         predictors: name -> predictor.
         manifests: name -> manifest of every loaded ONNX artifact.
         refused: name (or folder) -> the load error.
+        training_summaries: ONNX policy name -> its training reference (drift).
+        summaries_refused: policy name -> why its training summary was refused.
     """
 
     policies: Mapping[str, Policy]
     predictors: Mapping[str, Predictor]
     manifests: Mapping[str, Manifest] = field(default_factory=dict)
     refused: Mapping[str, PolicyLoadError] = field(default_factory=dict)
+    training_summaries: Mapping[str, TrainingReference] = field(default_factory=dict)
+    summaries_refused: Mapping[str, PolicyLoadError] = field(default_factory=dict)
 
     @property
     def time_budgets_s(self) -> dict[str, float]:
@@ -241,4 +250,15 @@ def load_registry(
         greedy = loader.predictors.get(DEFAULT_PREDICTOR)
         for b in builtin_baselines(greedy):
             policies[str(b.name)] = b
-    return Registry(policies, dict(loader.predictors), manifests, refused)
+    summaries: dict[str, TrainingReference] = {}
+    summaries_refused: dict[str, PolicyLoadError] = {}
+    for name, m in manifests.items():
+        try:
+            if name in policies and (summary := load_summary(m.directory, features)) is not None:
+                summaries[name] = summary
+        except PolicyLoadError as exc:
+            summaries_refused[name] = exc
+            log.error("refused training summary of %s: %s", name, exc.problem)
+    return Registry(
+        policies, dict(loader.predictors), manifests, refused, summaries, summaries_refused
+    )

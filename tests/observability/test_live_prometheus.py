@@ -1,22 +1,24 @@
-"""A real Prometheus scrapes two running replicas; every dashboard query returns series.
+"""A real Prometheus scrapes two running replicas through one bad day; every panel has series.
 
-Replica A scores with good and failing policies (one raises, one returns NaN:
-both quarantined), logs to the embedded PostgreSQL and joins outcomes; replica B
-journals without scoring into a tiny journal, so it sheds. Both see rejected
-input and a wrong token. Prometheus (Debian package, loopback, 1 s scrapes, the
-committed rules) scrapes both with a bearer-token file; then every panel's
-PromQL runs with its variables expanded from the label values Prometheus holds
-and Grafana's interval macros filled in.
+Replica A runs the committed policies (ONNX and baselines), a harmful candidate
+under a shadow protocol (the setup of tests/evaluator/test_end_to_end.py) and
+two failing policies (one raises, one returns NaN: both quarantined), logs to
+its own embedded PostgreSQL and joins outcomes. The simulated Runtime mirrors
+through the client until the evaluator stops the experiment; then A's
+database is stopped while traffic continues (a database outage episode:
+`understudy_db_up` drops, write batches fail, `UnderstudyDatabaseDown` goes
+pending) and started again (everything journaled during the outage reaches
+the log). Replica B journals without scoring into a tiny journal, so it sheds.
+Both see rejected input and a wrong token.
 
-A second test runs the evaluator on a harmful candidate under its protocol
-(the setup of tests/evaluator/test_end_to_end.py) until it is stopped, then
-runs the experiment dashboard with `$experiment` expanded and waits for
-`UnderstudyExperimentStopped` to fire.
-
-Panels whose series exist only after a rare event (a dead letter, an online
-experiment's rollback) are listed as skipped with the reason; for those the
-test checks that Prometheus knows the metric from the targets' metadata, never
-that it has series.
+Prometheus (Debian package, loopback, 1 s scrapes, the committed rules)
+scrapes both with a bearer-token file; then every panel's PromQL runs with its
+variables expanded from the label values Prometheus holds and Grafana's
+interval macros filled in, and fails if any returns no series. Panels whose
+series exist only after a rare event (a dead letter, an online experiment's
+rollback) are listed as skipped with the reason; for those the test checks
+that Prometheus knows the metric from the targets' metadata, never that it has
+series.
 """
 
 from __future__ import annotations
@@ -31,11 +33,13 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import grpc
 import httpx
 import pytest
 import yaml
+from sqlalchemy import text
 
 from service.app import Service
 from service.auth import token_digest
@@ -43,8 +47,8 @@ from service.client import MirrorClient
 from service.contract import MirrorRequest
 from service.demo import simulated_runtime
 from service.policies.base import Policy
-from service.policies.baselines import FirstFit, LeastLoaded
-from service.policies.registry import Registry, load_registry
+from service.policies.registry import load_registry
+from service.storage import start_embedded, stop_embedded, upgrade
 from service.wire.convert import mirror_request_to_pb, outcome_to_pb
 from service.wire.understudy.v1 import contract_pb2, shadow_pb2, shadow_pb2_grpc
 from tests.evaluator.harmful import NAME, SlowestThroughput
@@ -67,15 +71,10 @@ pytestmark = pytest.mark.skipif(
     PROMETHEUS is None, reason="prometheus missing: install the Debian package `prometheus`"
 )
 
-NEXT_TEST = "needs an experiment: exercised by the stopped-experiment test"
 # (dashboard, panel) -> why it has no series in this test.
 NOT_EXERCISED = {
     ("oncall.json", "Dead letters"): "series born at the first dead letter",
-    ("experiments.json", "Criterion value, bound and threshold"): NEXT_TEST,
-    ("experiments.json", "Criterion status"): NEXT_TEST,
-    ("experiments.json", "Samples per criterion"): NEXT_TEST,
-    ("experiments.json", "Transitions"): NEXT_TEST,
-    ("experiments.json", "Rollback signalled"): "needs an online experiment's rollback",
+    ("experiments.json", "Rollback signalled"): "a shadow experiment never signals rollback",
 }
 RATE_INTERVAL, INTERVAL = "30s", "5s"
 _METRIC = re.compile(r"\bunderstudy_[a-z_]+\b")
@@ -245,40 +244,91 @@ def _run_panels(
     return exercised
 
 
-def test_every_dashboard_query_returns_series_from_a_real_prometheus(
+def _alerts(prom: Prom, name: str) -> list[dict[str, Any]]:
+    alerts: list[dict[str, Any]] = prom.http.get("/api/v1/alerts").json()["data"]["alerts"]
+    return [a for a in alerts if a["labels"]["alertname"] == name]
+
+
+def test_every_dashboard_query_returns_series_through_failures_a_stop_and_an_outage(
     make_service: Callable[..., Service],
     start_prometheus: Callable[[list[str]], Prom],
     runtime_token: str,
     requests_sample: list[MirrorRequest],
+    pg_dir: Path,
     tmp_path: Path,
 ) -> None:
+    server = start_embedded(pg_dir, stop_at_exit=False)
+    try:
+        upgrade(server.url())
+        _bad_day(
+            make_service,
+            start_prometheus,
+            runtime_token,
+            requests_sample,
+            pg_dir,
+            server.url(),
+            tmp_path,
+        )
+    finally:
+        stop_embedded(pg_dir)
+
+
+def _bad_day(
+    make_service: Callable[..., Service],
+    start_prometheus: Callable[[list[str]], Prom],
+    runtime_token: str,
+    requests_sample: list[MirrorRequest],
+    pg_dir: Path,
+    database_url: str,
+    data_root: Path,
+) -> None:
+    loaded = load_registry(REPO / "policies")
     policies: dict[str, Policy] = {
-        "first-fit": FirstFit(),
-        "least-loaded": LeastLoaded(),
+        **loaded.policies,
+        NAME: SlowestThroughput(loaded.predictors["gavel-throughput"]),
         "raising-policy": RaisingPolicy(),
         "nan-policy": NaNPolicy(),
     }
     scoring = make_service(
-        policies=Registry(policies=policies, predictors={}),
-        data_dir=tmp_path / "a",
+        policies=replace(loaded, policies=policies),
+        database_url=database_url,
+        data_dir=data_root / "a",
         quarantine_failures=2,
         quarantine_window_s=60.0,
         quarantine_cooldown_s=600.0,
-        scorer_max_batch=8,
+        evaluator_interval_s=0.5,
+        evaluator_lease_ttl_s=10.0,
+        auth_tokens={
+            token_digest(runtime_token): "runtime",
+            token_digest(ADMIN_TOKEN): "admin:alice",
+            token_digest("r-tok"): "reviewer:rita",
+        },
     )
     shedding = make_service(
-        data_dir=tmp_path / "b",
+        data_dir=data_root / "b",
         scoring_enabled=False,
         journal_max_bytes=40_000,
         journal_segment_bytes=8192,
     )
     prom = start_prometheus([f"127.0.0.1:{scoring.http_port}", f"127.0.0.1:{shedding.http_port}"])
     started = time.monotonic()
+    a_instance = f"127.0.0.1:{scoring.http_port}"
 
-    ids: list[str] = []
-    for round_ in range(3):  # several batches, so the bad policies' failures accumulate
-        ids += mirror_all(scoring, runtime_token, requests_sample[:4], f"obs{round_}")
-        wait_until(lambda: scoring.journal.depth_records("scorer") == 0, timeout=30)
+    response = httpx.post(
+        f"http://{a_instance}/v1/protocols/{PROTOCOL}/versions/1/start",
+        json={"reason": "observability check", "document": DOC},
+        headers={"authorization": f"Bearer {ADMIN_TOKEN}"},
+        timeout=10,
+    )
+    assert response.status_code == 200, response.text
+    with MirrorClient(f"127.0.0.1:{scoring.grpc_port}", runtime_token) as client:
+        for event in simulated_runtime(episodes=12, seed=0):
+            if isinstance(event, MirrorRequest):
+                assert client.mirror(mirror_request_to_pb(event))
+            else:
+                assert client.report_outcome(outcome_to_pb(event))
+        assert client.flush(60)
+    ids = mirror_all(scoring, runtime_token, requests_sample[:4], "obs")
     _report_outcomes(scoring, runtime_token, ids[:4], requests_sample[0].request_time)
     assert _reject_and_shed(shedding, runtime_token, requests_sample) > 0
     _reject_and_shed(scoring, runtime_token, requests_sample[:10])
@@ -289,92 +339,60 @@ def test_every_dashboard_query_returns_series_from_a_real_prometheus(
             )
 
     def scraped_after_traffic() -> bool:
-        result = prom.query('understudy_policy_quarantined{policy="raising-policy"} == 1')
+        quarantined = prom.query('understudy_policy_quarantined{policy="raising-policy"} == 1')
         shed = prom.query('understudy_ingest_total{result="shed"} > 0')
         fails = prom.query("understudy_auth_failures_total > 0")
-        return bool(result and shed and len(fails) == 2)
+        stopped = prom.query('understudy_experiment_transitions_total{action="stop"}')
+        return bool(quarantined and shed and len(fails) == 2 and stopped)
 
-    wait_until(scraped_after_traffic, timeout=20)
+    wait_until(scraped_after_traffic, timeout=120)  # generous: the evaluator on a loaded CI box
+    assert scoring.engine is not None
+
+    # The outage: A's database goes away while Runtime keeps mirroring.
+    assert stop_embedded(pg_dir)
+    during = mirror_all(scoring, runtime_token, requests_sample[:3], "outage")
+
+    def outage_seen() -> bool:
+        down = prom.query(f'understudy_db_up{{instance="{a_instance}"}} == 0')
+        failed = prom.query(
+            f'understudy_db_write_batches_total{{instance="{a_instance}", result="error"}} > 0'
+        )
+        pending = [a for a in _alerts(prom, "UnderstudyDatabaseDown") if a["state"] == "pending"]
+        return bool(down and failed and pending)
+
+    wait_until(outage_seen, timeout=60)
+    start_embedded(pg_dir, stop_at_exit=False)
+
+    def recovered() -> bool:
+        up = prom.query(f'understudy_db_up{{instance="{a_instance}"}} == 1')
+        return bool(up) and scoring.journal.depth_records("scorer") == 0
+
+    wait_until(recovered, timeout=90)
+    with scoring.engine.connect() as conn:
+        logged = set(
+            conn.execute(
+                text("SELECT request_id FROM requests WHERE request_id LIKE 'outage-%'")
+            ).scalars()
+        )
+    assert logged == set(during), "everything acked during the outage reached the log"
     time.sleep(2.5)  # two more scrapes, so every rate window holds a change
 
     targets = prom.http.get("/api/v1/targets").json()["data"]["activeTargets"]
     assert sorted(t["health"] for t in targets) == ["up", "up"], targets
-
     exercised = _run_panels(prom, DASHBOARDS, NOT_EXERCISED)
 
-    alerts = prom.http.get("/api/v1/alerts").json()["data"]["alerts"]
-    quarantined = {
-        a["labels"]["policy"]
-        for a in alerts
-        if a["labels"]["alertname"] == "UnderstudyPolicyQuarantined"
-    }
-    assert quarantined == {"raising-policy", "nan-policy"}, alerts
+    quarantined = {a["labels"]["policy"] for a in _alerts(prom, "UnderstudyPolicyQuarantined")}
+    assert quarantined == {"raising-policy", "nan-policy"}
+    wait_until(
+        lambda: any(
+            a["labels"]["experiment"] == f"{PROTOCOL}@1" and a["state"] == "firing"
+            for a in _alerts(prom, "UnderstudyExperimentStopped")
+        ),
+        timeout=10,
+    )
     rules = prom.http.get("/api/v1/rules").json()["data"]["groups"]
     assert all(r["health"] == "ok" for g in rules for r in g["rules"]), rules
     elapsed = time.monotonic() - started
     print(f"\n{len(exercised)} panel queries returned series in {elapsed:.1f} s:")
     print("\n".join(f"  {p}" for p in exercised))
     print("not exercised: " + "; ".join(f"{p} ({why})" for (_, p), why in NOT_EXERCISED.items()))
-
-
-EXPERIMENT_SKIP = {
-    ("experiments.json", "Rollback signalled"): "a shadow experiment never signals rollback",
-}
-
-
-def test_a_stopped_experiment_fills_the_experiment_panels_and_fires_its_alert(
-    make_service: Callable[..., Service],
-    start_prometheus: Callable[[list[str]], Prom],
-    runtime_token: str,
-) -> None:
-    loaded = load_registry(REPO / "policies")
-    harmful = SlowestThroughput(loaded.predictors["gavel-throughput"])
-    service = make_service(
-        policies=replace(loaded, policies={**loaded.policies, NAME: harmful}),
-        evaluator_interval_s=0.5,
-        evaluator_lease_ttl_s=10.0,
-        auth_tokens={
-            token_digest(runtime_token): "runtime",
-            token_digest(ADMIN_TOKEN): "admin:alice",
-            token_digest("r-tok"): "reviewer:rita",
-        },
-    )
-    prom = start_prometheus([f"127.0.0.1:{service.http_port}"])
-    started = time.monotonic()
-    base = f"http://127.0.0.1:{service.http_port}"
-    response = httpx.post(
-        f"{base}/v1/protocols/{PROTOCOL}/versions/1/start",
-        json={"reason": "observability check", "document": DOC},
-        headers={"authorization": f"Bearer {ADMIN_TOKEN}"},
-        timeout=10,
-    )
-    assert response.status_code == 200, response.text
-    with MirrorClient(f"127.0.0.1:{service.grpc_port}", runtime_token) as client:
-        for event in simulated_runtime(episodes=12, seed=0):
-            if isinstance(event, MirrorRequest):
-                assert client.mirror(mirror_request_to_pb(event))
-            else:
-                assert client.report_outcome(outcome_to_pb(event))
-        assert client.flush(60)
-
-    def stopped() -> bool:
-        return bool(prom.query('understudy_experiment_transitions_total{action="stop"}'))
-
-    wait_until(stopped, timeout=120)  # generous: the evaluator ticks on a loaded 2-core CI box
-    time.sleep(2.5)  # two more scrapes, so every rate window holds a change
-    exercised = _run_panels(prom, ["experiments.json"], EXPERIMENT_SKIP)
-
-    def alert_fired() -> bool:
-        alerts = prom.http.get("/api/v1/alerts").json()["data"]["alerts"]
-        return any(
-            a["labels"]["alertname"] == "UnderstudyExperimentStopped"
-            and a["labels"]["experiment"] == f"{PROTOCOL}@1"
-            and a["state"] == "firing"
-            for a in alerts
-        )
-
-    wait_until(alert_fired, timeout=10)
-    elapsed = time.monotonic() - started
-    print(f"\n{len(exercised)} panel queries returned series in {elapsed:.1f} s:")
-    print("\n".join(f"  {p}" for p in exercised))
-    print("not exercised: " + "; ".join(f"{p} ({why})" for (_, p), why in EXPERIMENT_SKIP.items()))

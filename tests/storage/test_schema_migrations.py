@@ -17,6 +17,8 @@ from service.storage import (
     make_engine,
     upgrade,
 )
+from service.storage.chain_tables import chain_blocks, chain_retirements, chain_state
+from service.storage.reviewer_tables import REVIEWER_VIEWS, reviewer_access_log
 from service.storage.tables import PARTITIONED_TABLES, metadata
 
 TABLES = {
@@ -27,6 +29,10 @@ TABLES = {
     "outcomes",
     "pending_outcomes",
     "conflicts",
+    reviewer_access_log.name,  # importing it puts it on `metadata` for the comparison
+    chain_state.name,  # likewise the decision chain's tables (and decisions' chain columns)
+    chain_blocks.name,
+    chain_retirements.name,
 }
 
 
@@ -54,6 +60,7 @@ def test_upgrade_from_empty_then_downgrade_to_nothing(fresh_db: Callable[[bool],
         assert current_revision(engine) is None
         assert _tables(engine) == set()
         assert "outcome_log" not in inspect(engine).get_view_names()
+        assert not set(REVIEWER_VIEWS) & set(inspect(engine).get_view_names())
 
         upgrade(url)  # and up again from base
         assert _tables(engine) >= TABLES
