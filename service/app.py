@@ -7,6 +7,7 @@ their own database) and get the same wiring as production.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import signal
@@ -223,11 +224,26 @@ def _wire_scoring(service: Service, policies: Registry | None) -> None:
         )
 
 
+def tune_garbage_collector() -> None:
+    """Collect less often, and never scan what start-up allocated.
+
+    The pipeline allocates many short-lived objects per request; CPython's
+    default generation-0 threshold (700) runs a collection every few requests
+    and the long-lived start-up heap (models, registry, settings) is rescanned
+    in every full collection. Measured on the scorer path: 6-15% less CPU per
+    request with these thresholds (docs/capacity.md). Process-wide, so only the
+    real server calls it, not services started inside tests.
+    """
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 100)
+
+
 def serve(settings: Settings) -> None:
     """Run until SIGINT/SIGTERM; print one JSON line with the bound ports when ready."""
     service = build_service(settings)
     service.start()
     service.wait_started()
+    tune_garbage_collector()
     print(
         json.dumps(
             {
