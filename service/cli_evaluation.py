@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -22,6 +24,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from sqlalchemy import Engine
 
 from service.evaluation_report.arrays import Reward
 from service.evaluation_report.ope_run import OpeReport, Traffic, run_ope
@@ -140,11 +143,23 @@ def ope(
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Also write the results as JSON here.")
     ] = None,
+    parquet: Annotated[
+        Path | None, typer.Option(help="Read this `understudy export` slice, streamed.")
+    ] = None,
 ) -> None:
-    """Estimate every logged policy on the live decision log: value, interval, ESS, verdict."""
+    """Estimate every logged policy on the live decision log (or an exported slice with
+    --parquet): value, interval, ESS, verdict."""
     _check_level(level)
-    log = read_log(_filter(since, until, policy, workload_kind, tenant))
-    report = run_ope(log, reward=reward, primary=primary, level=level, traffic=traffic)
+    if parquet is not None:  # docs/export.md
+        from service.cli_export import check_filter, parquet_report
+
+        where = check_filter(since, until, policy, workload_kind, tenant)
+        report = parquet_report(
+            parquet, where, reward=reward, primary=primary, level=level, traffic=traffic
+        )
+    else:
+        log = read_log(_filter(since, until, policy, workload_kind, tenant))
+        report = run_ope(log, reward=reward, primary=primary, level=level, traffic=traffic)
     print_report(report)
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
@@ -167,19 +182,61 @@ def evidence(
     level: LevelOpt = 0.95,
     traffic: TrafficOpt = Traffic.PRODUCTION,
 ) -> None:
-    """Write an evidence package: index.html, report.md, results.json, figures/*.png."""
+    """Write an evidence package: index.html, report.md, results.json, figures/*.png.
+
+    Sections after the OPE tables: failure modes, calibration, drift, and the
+    online-bounded numbers the evaluator stored (when any protocol ran online).
+    """
+    from service.evaluation_report.calibration_section import build_calibration_section
+    from service.evaluation_report.decoded import decode_log, load_predictor, slice_labels
+    from service.evaluation_report.drift_section import build_drift_section
+    from service.evaluation_report.failure_section import build_failure_section
+    from service.evaluation_report.online_section import build_online_section, read_online_bounds
     from service.evaluation_report.package import build_ope_package
+    from service.evaluation_report.sections import ReportSection
 
     _check_level(level)
     where = _filter(since, until, policy, workload_kind, tenant)
     log = read_log(where)
-    report = run_ope(log, reward=reward, primary=primary, level=level, traffic=traffic)
-    source = describe(where)
-    with Console(stderr=True).status("drawing figures"):
-        package = build_ope_package(report, source=source)
+    policies_dir = Settings().policies_dir
+    status = Console(stderr=True).status("decoding stored requests")
+    with status, _engine() as engine:
+        decoded = decode_log(engine, log, load_predictor(policies_dir))
+        report = run_ope(
+            log,
+            reward=reward,
+            primary=primary,
+            level=level,
+            traffic=traffic,
+            slices=slice_labels(decoded),
+        )
+        status.update("building sections")
+        built: list[ReportSection | None] = [
+            build_failure_section(log, report, decoded),
+            build_calibration_section(engine, where, policies_dir),
+            build_drift_section(engine, where, policies_dir),
+            build_online_section(read_online_bounds(engine)),
+        ]
+        sections = [s for s in built if s is not None]
+        status.update("drawing figures")
+        package = build_ope_package(report, source=describe(where), sections=sections)
     index = package.write(out)
     print_report(report)
     console.print(f"evidence package written to {index}")
+
+
+@contextmanager
+def _engine() -> Iterator[Engine]:
+    """An engine on the configured database (as `read_log` opens it), disposed afterwards."""
+    from service.storage import make_engine, open_database
+
+    settings = Settings()
+    url, _ = open_database(settings.database_url, settings.data_dir)
+    engine = make_engine(url)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
 
 
 def describe(where: OpeFilter) -> str:

@@ -6,7 +6,11 @@ Layers, inner to outer::
     ope_run      estimates, paired difference to production, verdicts, provenance
     summary      results as JSON and table rows
     limitations  "known limitations and assumptions" from the diagnostics
-    figures      PNG plots (estimates with intervals, per workload kind, weights)
+    figures      PNG plots (estimates with intervals, per slice, weights)
+    decoded      what only the stored requests know: option hardware, chosen options,
+                 the outcome predictor's quantiles per option
+    sections     `ReportSection`, the interface of every extra section
+    failure_section, online_section (and calibration/drift from their owners)
     package      the package folder: index.html, report.md, results.json, figures/
 
 Reading the log is ``service.storage.ope_reads``; the commands are
@@ -16,12 +20,14 @@ Reading the log is ``service.storage.ope_reads``; the commands are
 from service.evaluation_report.arrays import Reward, policy_rounds
 from service.evaluation_report.ope_run import OpeReport, PolicyReport, Provenance, Traffic, run_ope
 from service.evaluation_report.package import OpePackage, build_ope_package
+from service.evaluation_report.sections import ReportSection
 
 __all__ = [
     "OpePackage",
     "OpeReport",
     "PolicyReport",
     "Provenance",
+    "ReportSection",
     "Reward",
     "Traffic",
     "build_ope_package",

@@ -8,7 +8,9 @@ monitor uses (`service.ope.drift.WindowAccumulator`): per feature PSI and KS
 over the whole period (the top drifting features), hardware classes and
 workload kinds never seen in training, the share of the policy's logged
 decisions made on out-of-support inputs, and the flag rule per window of
-``N`` requests, drawn over time. Numbers are shadow-logged inputs: no outcome
+``N`` requests, drawn over time — with the arrival check of each window (the
+logged requests' ``request_time`` in journal order, as the live monitor sees
+them). Numbers are shadow-logged inputs: no outcome
 or off-policy weight enters them.
 """
 
@@ -140,9 +142,10 @@ def _accumulate(engine: Engine, ids: list[str], drift: dict[str, _PolicyDrift]) 
         batch = make_batch(requests)
         cats = [request_categories(r) for r in requests]
         chosen = _chosen(engine, [r.request_id for r in requests], list(drift))
+        times = np.array([r.request_time for r in requests], dtype=np.float64)
         for name, p in drift.items():
-            p.closed += p.windows.feed(batch.features, batch.offsets, cats, chosen[name])
-            p.whole.feed(batch.features, batch.offsets, cats, chosen[name])
+            p.closed += p.windows.feed(batch.features, batch.offsets, cats, chosen[name], times)
+            p.whole.feed(batch.features, batch.offsets, cats, chosen[name], times)
 
 
 def _png(fig: Figure) -> bytes:
@@ -152,10 +155,11 @@ def _png(fig: Figure) -> bytes:
 
 
 def _plot(name: str, p: _PolicyDrift) -> bytes:
-    """Window statistic over its threshold, and the out-of-support share, per window."""
-    fig = Figure(figsize=(7.0, 4.2), layout="constrained")
+    """Window statistic over its threshold, arrival shift, out-of-support share, per window."""
+    fig = Figure(figsize=(7.0, 5.6), layout="constrained")
     FigureCanvasAgg(fig)
-    top, bottom = fig.subplots(2, 1, sharex=True)
+    top, middle, bottom = fig.subplots(3, 1, sharex=True)
+    rule = p.windows.rule
     x = np.arange(1, len(p.closed) + 1)
     ratio = np.array([w.statistic / w.threshold for w in p.closed])
     flagged = np.array([w.flagged for w in p.closed], dtype=bool)
@@ -165,6 +169,10 @@ def _plot(name: str, p: _PolicyDrift) -> bytes:
         share = [w.out_of_support_decisions / max(w.decisions, 1) for w in p.closed]
         bottom.bar(x, share, color="tab:orange")
         bottom.set_ylim(0.0, max(0.05, 1.1 * max(share)))
+        middle.plot(x, [w.arrival_shift for w in p.closed], marker="o", color="tab:green")
+        arrival = np.array([w.arrival_flagged for w in p.closed], dtype=bool)
+        shifts = np.array([w.arrival_shift for w in p.closed])
+        middle.scatter(x[arrival], shifts[arrival], color="red", zorder=3)
     else:
         top.text(0.5, 0.5, "no complete window", ha="center", transform=top.transAxes)
     top.axhline(1.0, color="black", linestyle="--", linewidth=1)
@@ -175,6 +183,12 @@ def _plot(name: str, p: _PolicyDrift) -> bytes:
         f"{name}: drift per window of {p.windows.window_requests} requests (shadow-logged inputs)",
         fontsize=10,
     )
+    if rule.arrival_threshold is not None:
+        for side in (-1.0, 1.0):
+            middle.axhline(side * rule.arrival_threshold, color="black", linestyle="--", lw=1)
+    else:
+        middle.text(0.5, 0.5, "no arrival check", ha="center", transform=middle.transAxes)
+    middle.set_ylabel("arrival shift\n(log, vs training)")
     bottom.set_ylabel("out-of-support\ndecision share")
     bottom.set_xlabel("window (journal order)")
     return _png(fig)
@@ -230,6 +244,7 @@ def build_drift_section(
                 name,
                 str(period.n_requests),
                 f"{n_flag} / {len(p.closed)} of {p.windows.window_requests}",
+                _arrival_cell(p),
                 f"{period.psi_max:.4f}",
                 ", ".join(period.unseen_hardware) or "none",
                 ", ".join(period.unseen_kinds) or "none",
@@ -244,11 +259,17 @@ def build_drift_section(
                 "window_requests": p.windows.window_requests,
                 "alpha": p.windows.rule.alpha,
                 "threshold": p.windows.rule.threshold,
+                "arrival_center": p.windows.rule.arrival_center,
+                "arrival_threshold": p.windows.rule.arrival_threshold,
+                "arrival": _finite_one(period.arrival),
                 "windows": [
                     {
                         "statistic": w.statistic,
                         "psi_max": w.psi_max,
                         "flagged": w.flagged,
+                        "arrival": _finite_one(w.arrival),
+                        "arrival_shift": _finite_one(w.arrival_shift),
+                        "arrival_flagged": w.arrival_flagged,
                         "out_of_support_decisions": w.out_of_support_decisions,
                         "decisions": w.decisions,
                     }
@@ -276,6 +297,7 @@ def build_drift_section(
         "policy",
         "requests",
         "flagged windows",
+        "arrival-flagged windows",
         "PSI max (period)",
         "unseen hardware",
         "unseen kinds",
@@ -286,7 +308,10 @@ def build_drift_section(
         " summary: PSI and KS per feature over the whole period, categories never seen in"
         " training, the share of decisions made on out-of-support inputs, and the calibrated"
         " flag rule per window of N requests (false-flag rate alpha under training conditions;"
-        " docs/drift.md). KS p-values treat rows as independent and are descriptive only."
+        " docs/drift.md), with the arrival check: the log upper quartile of positive gaps"
+        " between consecutive request times against its training median (shift in log"
+        " units, negative when requests come faster; its own false-flag rate alpha)."
+        " KS p-values treat rows as independent and are descriptive only."
         " Source: shadow-logged requests."
     )
     md = [intro, "", *md_table(head, summary_rows), "", "Top drifting features:", ""]
@@ -308,6 +333,21 @@ def build_drift_section(
         results=results,
         limitations=tuple(limitations),
     )
+
+
+def _arrival_cell(p: _PolicyDrift) -> str:
+    """Windows flagged by the arrival check, with the median shift; n/a without one."""
+    rule = p.windows.rule
+    if rule.arrival_threshold is None:
+        return "n/a (no arrival process in training)"
+    n = sum(w.arrival_flagged for w in p.closed)
+    shifts = [w.arrival_shift for w in p.closed if math.isfinite(w.arrival_shift)]
+    median = f", median shift {float(np.median(shifts)):+.2f}" if shifts else ""
+    return f"{n} / {len(p.closed)} (band ±{rule.arrival_threshold:.2f}{median})"
+
+
+def _finite_one(value: float) -> float | None:
+    return float(value) if math.isfinite(value) else None
 
 
 def _finite(values: NDArray[np.float64]) -> list[float | None]:

@@ -15,7 +15,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from service.evaluation_report.ope_run import OpeReport, PolicyReport
+from service.evaluation_report.ope_run import SLICE_TITLES, OpeReport, PolicyReport
 from service.ope import Estimate, Result
 
 
@@ -24,7 +24,7 @@ def file_name(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", label) + ".png"
 
 
-def _png(fig: Figure) -> bytes:
+def png(fig: Figure) -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=90)
     return buffer.getvalue()
@@ -56,7 +56,7 @@ def _forest(title: str, rows: list[tuple[str, Result | None]], reference: float 
     ax.set_ylim(-0.7, len(rows) - 0.3)
     ax.invert_yaxis()
     ax.set_title(title, fontsize=10)
-    return _png(fig)
+    return png(fig)
 
 
 def estimates_png(report: OpeReport) -> bytes:
@@ -67,9 +67,13 @@ def estimates_png(report: OpeReport) -> bytes:
 
 
 def slices_png(report: OpeReport, policy: PolicyReport) -> bytes:
-    """One policy's primary estimate per workload kind."""
-    rows: list[tuple[str, Result | None]] = sorted(policy.slices.items())
-    title = f"{policy.label} by workload kind ({policy.primary.value}, {report.provenance})"
+    """One policy's primary estimate per slice, every dimension (``dimension: label`` rows)."""
+    rows: list[tuple[str, Result | None]] = [
+        (f"{SLICE_TITLES.get(dim, dim).split(' of ')[0]}: {label}", result)
+        for dim, by_label in policy.slices.items()
+        for label, result in sorted(by_label.items())
+    ]
+    title = f"{policy.label} by slice ({policy.primary.value}, {report.provenance})"
     return _forest(title, rows or [("(no rounds)", None)], report.production_value)
 
 
@@ -100,7 +104,7 @@ def weights_png(report: OpeReport) -> bytes:
     ax.set_xlabel("log10 importance weight  pi(a|x) / production propensity")
     ax.set_ylabel("rounds")
     ax.set_title(f"Importance-weight distribution ({report.provenance})", fontsize=10)
-    return _png(fig)
+    return png(fig)
 
 
 def all_figures(report: OpeReport) -> dict[str, bytes]:

@@ -13,6 +13,7 @@ import math
 
 from service.evaluation_report.ope_run import (
     CONSTANT_MODEL_CAVEAT,
+    SLICE_TITLES,
     OpeReport,
     PolicyReport,
     Provenance,
@@ -97,9 +98,11 @@ def _policy_findings(p: PolicyReport, level: float) -> list[str]:
             f"{p.timeout_share:.1%} of its used decisions timed out; there the fallback "
             "distribution is what is estimated, not the model's."
         )
-    refused = sorted(k for k, s in p.slices.items() if isinstance(s, NotIdentifiable))
-    if refused:
-        out.append(f"not identifiable in workload kind(s) {', '.join(refused)}.")
+    for dimension, by_label in p.slices.items():
+        refused = sorted(k for k, s in by_label.items() if isinstance(s, NotIdentifiable))
+        if refused:
+            name = SLICE_TITLES.get(dimension, dimension)
+            out.append(f"not identifiable in {name} slice(s) {', '.join(refused)}.")
     return out
 
 
@@ -111,18 +114,27 @@ def _merged(findings: list[tuple[str, str]]) -> list[str]:
     return [f"{', '.join(whos)}: {text}" for text, whos in by_text.items()]
 
 
-def limitations(report: OpeReport) -> list[str]:
-    """Findings from `report`'s diagnostics, most general first."""
+def limitations(report: OpeReport, *, online_bounded: bool = False) -> list[str]:
+    """Findings from `report`'s diagnostics, most general first.
+
+    `online_bounded` says whether the package also carries online-bounded numbers
+    (a section built from the evaluator's stored evaluations).
+    """
     out: list[str] = []
+    online = (
+        "online-bounded numbers (from online protocols in which a candidate acted) are "
+        "in their own section and tagged so"
+        if online_bounded
+        else "no online-bounded evidence is included in this package"
+    )
     if report.provenance is Provenance.SIMULATED:
         out.append(
-            "Every number here comes from simulated traffic and outcomes (the simulator's "
-            "production emulator), not from production: it is simulation evidence."
+            "Every off-policy number here comes from simulated traffic and outcomes (the "
+            f"simulator's production emulator), not from production: simulation evidence; {online}."
         )
     else:
         out.append(
-            "Every candidate number is shadow-logged (off-policy): no candidate acted; "
-            "no online-bounded evidence is included in this package."
+            f"Every off-policy candidate number is shadow-logged: no candidate acted; {online}."
         )
     if report.rounds == 0:
         out.append("The log holds no joined rounds in the selected window: nothing is estimated.")

@@ -10,7 +10,10 @@ For each policy version in the log, on the rounds it can be judged on
 - the paired difference to production (the primary estimator's per-round
   contributions minus production's observed reward on the same rounds) with a
   normal interval, from which the verdict follows;
-- the primary estimate per workload kind (``estimate_by_slice``).
+- the primary estimate per slice (``estimate_by_slice``): workload kind,
+  model family and time window always (they are columns of the log), plus any
+  label arrays the caller decodes from the stored requests (the hardware class
+  of the option each policy chose: `SliceLabels`).
 
 Production's own value is its observed mean reward (on-policy, normal interval).
 Every number carries a `Provenance`.
@@ -18,7 +21,10 @@ Every number carries a `Provenance`.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 
 import numpy as np
@@ -54,6 +60,73 @@ CONSTANT_MODEL_CAVEAT = (
     "the DR reward model is a constant (cross-fitted mean reward): it lowers variance "
     "but corrects no bias"
 )
+
+
+TIME_WINDOWS = 4
+"""Equal-length windows of ``received_at`` the log is cut into for the time-window slice."""
+WORKLOAD_KIND = "workload_kind"
+MODEL_FAMILY = "model_family"
+TIME_WINDOW = "time_window"
+HARDWARE_CLASS = "hardware_class"
+SLICE_TITLES = {
+    WORKLOAD_KIND: "workload kind",
+    MODEL_FAMILY: "model family",
+    TIME_WINDOW: "time window",
+    HARDWARE_CLASS: "hardware class of the chosen option",
+}
+"""Slice dimensions, in report order, and how a table names them."""
+
+
+@dataclass(frozen=True, eq=False)
+class SliceLabels:
+    """Slice labels decoded by the caller, aligned with the rounds of the `OpeLog`.
+
+    Attributes:
+        per_round: dimension -> str ``(n,)``, the same for every policy.
+        per_policy: ``(name, version)`` -> dimension -> str ``(n,)``, e.g. the
+            hardware class of the option the policy chose.
+    """
+
+    per_round: Mapping[str, NDArray[np.str_]] = field(default_factory=dict)
+    per_policy: Mapping[tuple[str, str], Mapping[str, NDArray[np.str_]]] = field(
+        default_factory=dict
+    )
+
+
+def time_windows(received_at: NDArray[np.float64], k: int = TIME_WINDOWS) -> NDArray[np.str_]:
+    """Each round's window among `k` equal-length windows of the log's time span, labelled
+    by its UTC start and end (``HH:MM:SS`` when the span is under a day, else dates)."""
+    n = len(received_at)
+    if n == 0:
+        return np.zeros(0, dtype=np.str_)
+    lo, hi = float(np.min(received_at)), float(np.max(received_at))
+    step = (hi - lo) / k if hi > lo else 1.0
+    index = np.minimum(((received_at - lo) // step).astype(np.int64), k - 1)
+    form = "%H:%M:%S" if hi - lo < 86_400 else "%Y-%m-%d %H:%M"
+
+    def at(ts: float) -> str:
+        return datetime.fromtimestamp(ts, UTC).strftime(form)
+
+    names = [f"{i + 1}: {at(lo + i * step)}–{at(lo + (i + 1) * step)}" for i in range(k)]
+    return np.array(names, dtype=np.str_)[index]
+
+
+_BATCH_SUFFIX = re.compile(r"\s*\(batch size \d+\)\s*$")
+
+
+def model_families(model_family: NDArray[np.str_]) -> NDArray[np.str_]:
+    """The family without a trailing ``(batch size N)`` (Gavel's job names carry one):
+    a batch size is a configuration, and slicing by it leaves slices too small to read."""
+    return np.array([_BATCH_SUFFIX.sub("", str(f)) for f in model_family], dtype=np.str_)
+
+
+def log_slices(log: OpeLog) -> dict[str, NDArray[np.str_]]:
+    """The slice labels every log carries: workload kind, model family, time window."""
+    return {
+        WORKLOAD_KIND: log.workload_kind,
+        MODEL_FAMILY: model_families(log.model_family),
+        TIME_WINDOW: time_windows(log.received_at),
+    }
 
 
 class Provenance(StrEnum):
@@ -93,9 +166,14 @@ class PolicyReport:
         primary: the estimator the verdict and slices use.
         vs_production: interval of (policy − production) on the same rounds, or None.
         verdict: one line.
-        slices: workload kind -> primary `Result`.
+        slices: dimension (`SLICE_TITLES`) -> label -> primary `Result`.
         weights: float64 ``(n,)`` importance weights (for the weight plot).
         provenance: where the numbers come from.
+        rows: int64 ``(n,)``, the rounds used, as indices into the `OpeLog`.
+        difference: float64 ``(n,)``, per round, the primary estimator's
+            contribution minus production's observed reward (empty when the
+            primary estimate is refused): the paired difference behind
+            `vs_production`, averaged per slice by the failure-mode section.
     """
 
     policy: tuple[str, str]
@@ -107,9 +185,11 @@ class PolicyReport:
     primary: Estimator
     vs_production: Interval | None
     verdict: str
-    slices: dict[str, Result]
+    slices: dict[str, dict[str, Result]]
     weights: NDArray[np.float64] = field(repr=False)
     provenance: Provenance
+    rows: NDArray[np.int64] = field(repr=False, default_factory=lambda: np.zeros(0, np.int64))
+    difference: NDArray[np.float64] = field(repr=False, default_factory=lambda: np.zeros(0))
 
     @property
     def label(self) -> str:
@@ -175,11 +255,13 @@ def _estimate_policy(
     primary: Estimator,
     level: float,
     provenance: Provenance,
+    labels: Mapping[str, NDArray[np.str_]],
 ) -> PolicyReport:
     data = rounds.data
     results: dict[Estimator, Result] = {}
     diff: Interval | None = None
-    slices: dict[str, Result] = {}
+    paired = np.zeros(0)
+    slices: dict[str, dict[str, Result]] = {}
     weights = np.zeros(0)
     if data is not None:
         data = data.with_outcome(data.reward, constant_model(data))
@@ -191,10 +273,11 @@ def _estimate_policy(
             results[est] = result
         chosen = results.get(primary)
         if isinstance(chosen, Estimate) and chosen.contributions is not None and data.n > 1:
-            diff = normal_interval(chosen.contributions - data.reward, level)
-        kinds = log.workload_kind[rounds.rows]
-        for s in estimate_by_slice(data, kinds, primary, level=level):
-            slices[str(s.label)] = s.result
+            paired = chosen.contributions - data.reward
+            diff = normal_interval(paired, level)
+        for dimension, values in labels.items():
+            found = estimate_by_slice(data, values[rounds.rows], primary, level=level)
+            slices[dimension] = {str(s.label): s.result for s in found}
     return PolicyReport(
         policy=rounds.policy,
         n=0 if data is None else data.n,
@@ -208,6 +291,8 @@ def _estimate_policy(
         slices=slices,
         weights=weights,
         provenance=provenance,
+        rows=rounds.rows,
+        difference=paired,
     )
 
 
@@ -232,12 +317,30 @@ def run_ope(
     primary: Estimator = Estimator.DR,
     level: float = 0.95,
     traffic: Traffic = Traffic.PRODUCTION,
+    slices: SliceLabels | None = None,
 ) -> OpeReport:
-    """Estimate every policy version logged in `log` (module docstring)."""
+    """Estimate every policy version logged in `log` (module docstring).
+
+    `slices` adds label arrays decoded by the caller to the log's own
+    (`log_slices`); a dimension given there replaces the log's.
+    """
     asked = estimators if primary in estimators else (*estimators, primary)
     provenance = traffic.provenance
+    extra = slices or SliceLabels()
+    common = {**log_slices(log), **extra.per_round}
+    for dimension, values in common.items():
+        if len(values) != log.n:
+            raise ValueError(f"slice `{dimension}` has {len(values)} labels for {log.n} rounds")
     policies = [
-        _estimate_policy(log, policy_rounds(log, reward, key), asked, primary, level, provenance)
+        _estimate_policy(
+            log,
+            policy_rounds(log, reward, key),
+            asked,
+            primary,
+            level,
+            provenance,
+            {**common, **extra.per_policy.get(key, {})},
+        )
         for key in log.policies
         if key[0] not in NOT_TARGETS
     ]

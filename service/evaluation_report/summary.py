@@ -118,7 +118,10 @@ def policy_json(p: PolicyReport) -> dict[str, Any]:
         if p.vs_production is None
         else {**(interval_json(p.vs_production) or {}), "provenance": tag},
         "verdict": p.verdict,
-        "slices": {"workload_kind": {k: result_json(r, tag) for k, r in p.slices.items()}},
+        "slices": {
+            dim: {k: result_json(r, tag) for k, r in by_label.items()}
+            for dim, by_label in p.slices.items()
+        },
     }
 
 

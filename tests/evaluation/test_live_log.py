@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from service.app import Service
@@ -23,7 +24,7 @@ from service.client import MirrorClient
 from service.contract import MirrorRequest, Outcome
 from service.demo import simulated_runtime
 from service.storage import count_joined_outcomes
-from tests.evaluation.package_check import check_package
+from tests.evaluation.package_check import check_package, check_sections
 
 
 def _send(service: Service, token: str, events: list[MirrorRequest | Outcome]) -> None:
@@ -49,6 +50,7 @@ def _logged(service: Service, outcomes: int, timeout_s: float = 60.0) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.slow  # ~20 s of CPU: the service, 4 episodes, then every evidence section
 def test_ope_prints_intervals_and_evidence_writes_a_package_on_a_live_log(
     make_service: Callable[..., Service], runtime_token: str, db_url: str, tmp_path: Path
 ) -> None:
@@ -80,5 +82,6 @@ def test_ope_prints_intervals_and_evidence_writes_a_package_on_a_live_log(
         evaluation_app, ["evidence", "--out", str(folder), "--traffic", "simulated"], env=env
     )
     assert out.exit_code == 0, out.output
-    results = check_package(folder)
+    results = check_package(folder, sections=["Failure modes"])
+    check_sections(results, list(results["sections"]))
     assert results["provenance"] == "simulated"

@@ -22,7 +22,9 @@ def test_intervals_contain_the_truth_and_the_verdicts_follow() -> None:
             assert result.interval.contains(truth), (name, est, result.interval)
     assert by["best"].verdict.startswith("better than production")
     assert by["mixed"].verdict.startswith("worse than production")
-    assert set(by["best"].slices) == {"train", "infer"}
+    assert set(by["best"].slices["workload_kind"]) == {"train", "infer"}
+    assert set(by["best"].slices) == {"workload_kind", "model_family", "time_window"}
+    assert len(by["best"].slices["time_window"]) == 4
     assert report.provenance is Provenance.SHADOW_LOGGED
 
 

@@ -1,0 +1,97 @@
+"""`understudy ope` and `understudy evidence` on a log made the way `make demo` makes it.
+
+`service.demo.run_demo` (a short run: two episodes over about two seconds)
+starts the whole service on an embedded PostgreSQL in a data directory,
+mirrors the simulated Runtime's traffic, reports outcomes and stops; the
+commands then open that data directory the way an operator would
+(``UNDERSTUDY_DATA_DIR``). The package must parse as HTML with every image
+present and every table non-empty, and carry the failure-mode section, the
+slices by hardware class, model family and time window, and provenance tags.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from service.cli_evaluation import evaluation_app
+from service.demo import run_demo
+from service.storage import stop_embedded
+from service.storage.admin import EMBEDDED_SUBDIR
+from tests.evaluation.package_check import check_package, check_sections
+from tests.pg_fixtures import pg_home
+
+pytestmark = pytest.mark.slow  # the demo run and the two commands take ~40 s on 2 cores
+
+INTERVAL = re.compile(r"\[(-?\d+(?:\.\d+)?(?:e-?\d+)?), (-?\d+(?:\.\d+)?(?:e-?\d+)?)\]")
+
+
+@pytest.fixture(scope="module")
+def demo_dir() -> Iterator[Path]:
+    """The data directory a short `make demo` leaves (server stopped, as the demo leaves it)."""
+    with pg_home() as home:
+        root = home / "demo"
+        quiet = Console(file=io.StringIO())
+        run_demo(episodes=2, duration_s=2.0, data_dir=str(root), console=quiet)
+        try:
+            yield root
+        finally:
+            stop_embedded(root / EMBEDDED_SUBDIR)
+
+
+def _env(root: Path) -> dict[str, str]:
+    return {"UNDERSTUDY_DATA_DIR": str(root), "UNDERSTUDY_DATABASE_URL": "", "COLUMNS": "250"}
+
+
+def test_ope_prints_a_numeric_interval_for_a_candidate(demo_dir: Path, tmp_path: Path) -> None:
+    out = CliRunner().invoke(
+        evaluation_app,
+        ["ope", "--traffic", "simulated", "--json", str(tmp_path / "ope.json")],
+        env=_env(demo_dir),
+    )
+    assert out.exit_code == 0, out.output
+    data = json.loads((tmp_path / "ope.json").read_text())
+    assert data["rounds"] > 0
+    rows = [
+        line
+        for line in out.output.splitlines()
+        if INTERVAL.search(line) and "production" not in line
+    ]
+    assert rows, out.output
+    lower, upper = (float(x) for x in INTERVAL.search(rows[0]).groups())  # type: ignore[union-attr]
+    assert lower < upper
+
+
+def test_evidence_writes_a_complete_package_with_failure_modes_and_slices(
+    demo_dir: Path, tmp_path: Path
+) -> None:
+    folder = tmp_path / "evidence"
+    out = CliRunner().invoke(
+        evaluation_app,
+        ["evidence", "--out", str(folder), "--traffic", "simulated"],
+        env=_env(demo_dir),
+    )
+    assert out.exit_code == 0, out.output
+    results = check_package(folder, sections=["Failure modes", "Estimates per time window"])
+    check_sections(results, ["failure_modes"])
+    check_sections(results, list(results["sections"]))  # calibration, drift: tagged too
+    assert results["provenance"] == "simulated"
+    failure = results["sections"]["failure_modes"]
+    assert failure["predictor"].startswith("learned-outcome@")
+    assert failure["disagreements"] and failure["uncertain_failures"]
+    assert {"failure-losing-slices.png", "failure-uncertainty.png"} <= set(results["figures"])
+    dims = {dim for p in results["policies"] for dim in p["slices"]}
+    assert dims == {"workload_kind", "model_family", "time_window", "hardware_class"}
+    classes = {
+        label for p in results["policies"] for label in p["slices"].get("hardware_class", {})
+    }
+    assert classes & {"K80", "V100"}, classes
+    assert "online_bounded" not in results["sections"]
+    assert any("no online-bounded evidence" in f for f in results["limitations"])
