@@ -48,13 +48,36 @@ the dependence between features — the max statistic is the multiple-testing
 correction (Westfall & Young 1993). A window is flagged when ``T`` exceeds the
 threshold or it contains an unseen category (never the case under training
 conditions, so novelty adds no false flags).
+
+The arrival check. Features see the cluster a request finds, not how fast
+requests come; a burst of arrivals moves load features less than one training
+episode differs from the next. So the window's arrival process is compared
+too: `arrival_statistic` is the log of the `ARRIVAL_QUANTILE` quantile of the
+*positive* gaps between consecutive request times (Runtime's clock,
+``request_time``, seconds). Only positive gaps count, which makes it robust to
+what real and simulated streams do: equal times (requests re-mirrored after a
+forced defer, several jobs arriving together) add no gap, an out-of-order time
+or a clock reset (each simulated episode restarts its clock) gives a negative
+gap, which is dropped. The upper quartile rather than the median: positive
+gaps mix short ones (events seconds apart around a completion or a retry)
+with the gaps between arrivals, minutes apart; the median sits between the
+two and moves with their mix. `calibrate_arrival` draws training-condition
+windows the same way as `calibrate` (distinct whole episodes in random order)
+and keeps their median (``arrival_center``) and the conformal ``1 - alpha``
+quantile of ``|statistic - center|`` (``arrival_threshold``): a two-sided test
+with false-flag rate at most ``alpha`` for exchangeable windows, the combined
+rule (features or novelty or arrival) at most ``2 alpha``. It needs no
+reference to fit, so no cross-fitting; but it needs many episodes: a few
+episodes are retry storms (hundreds of re-mirrored requests seconds apart)
+that dominate any window holding them, and 120 episodes under-represent them
+(docs/drift.md gives the measurement).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from numpy.typing import NDArray
@@ -89,6 +112,9 @@ NO_DECISION = -2
 
 DEFAULT_ALPHA = 0.01
 """Calibrated false-flag rate per window (the acceptance bound is 5%)."""
+
+ARRIVAL_QUANTILE = 0.75
+"""Quantile of the positive inter-request gaps the arrival statistic takes (module docstring)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -251,6 +277,32 @@ def request_categories(request: MirrorRequest) -> tuple[frozenset[str], str]:
     return frozenset(state.hardware[int(i)].name for i in used), str(request.workload.kind)
 
 
+def positive_gaps(times: NDArray[np.floating], after: float | None = None) -> NDArray[np.float64]:
+    """Positive gaps between consecutive `times` (``after`` precedes the first, if given).
+
+    Zero gaps (equal times) and negative ones (out of order, clock resets) are dropped.
+    """
+    t = np.asarray(times, dtype=np.float64)
+    if after is not None:
+        t = np.concatenate([[after], t])
+    d = np.diff(t)
+    out: NDArray[np.float64] = d[d > 0]
+    return out
+
+
+def gap_statistic(gaps: NDArray[np.floating]) -> float:
+    """``log`` of the `ARRIVAL_QUANTILE` quantile of positive `gaps`; NaN when there are none."""
+    g = np.asarray(gaps, dtype=np.float64)
+    if len(g) == 0:
+        return math.nan
+    return float(np.log(np.quantile(g, ARRIVAL_QUANTILE)))
+
+
+def arrival_statistic(times: NDArray[np.floating]) -> float:
+    """The window's arrival statistic from its request times in stream order (module docstring)."""
+    return gap_statistic(positive_gaps(times))
+
+
 @dataclass(frozen=True)
 class FlagRule:
     """When a window of `window_requests` requests is flagged (module docstring).
@@ -261,6 +313,9 @@ class FlagRule:
         scale: float64 ``(F,)``, per-feature PSI scale ``s_f``.
         threshold: flag when ``max_f PSI_f / s_f`` exceeds it.
         calibration_windows: ``B``, training-condition windows drawn.
+        arrival_center: median `arrival_statistic` of the calibration windows; None
+            when the training data has no arrival process (synthetic request times).
+        arrival_threshold: flag when ``|arrival_statistic - arrival_center|`` exceeds it.
     """
 
     window_requests: int
@@ -268,6 +323,23 @@ class FlagRule:
     scale: NDArray[np.float64]
     threshold: float
     calibration_windows: int
+    arrival_center: float | None = None
+    arrival_threshold: float | None = None
+
+    def arrival_shift(self, statistic: float) -> float:
+        """``statistic - arrival_center``, log units (negative: faster arrivals); NaN if none."""
+        if self.arrival_center is None:
+            return math.nan
+        return statistic - self.arrival_center
+
+    def arrival_flagged(self, statistic: float) -> bool:
+        """Whether a window's arrival statistic is outside the calibrated band."""
+        shift = self.arrival_shift(statistic)
+        return (
+            self.arrival_threshold is not None
+            and math.isfinite(shift)
+            and abs(shift) > self.arrival_threshold
+        )
 
     def statistic(self, psi_values: NDArray[np.float64]) -> float:
         """``T = max_f PSI_f / s_f`` (NaN features ignored; NaN if all are)."""
@@ -362,6 +434,8 @@ def calibrate(
         group_starts: int64 ``(n_groups + 1,)``, first request of each group
             (an episode; a single request when requests are independent).
         window_requests: requests per window.
+
+    The rule has no arrival check; `calibrate_arrival` adds one.
     """
     if not 0 < alpha < 1:
         raise ValueError(f"`alpha` must be in (0, 1), got {alpha}")
@@ -403,6 +477,47 @@ def calibrate(
     return FlagRule(window_requests, alpha, scale, threshold, n_windows)
 
 
+def calibrate_arrival(
+    rule: FlagRule,
+    request_times: NDArray[np.floating],
+    group_starts: NDArray[np.int64],
+    *,
+    n_windows: int = 1000,
+    seed: int = 0,
+) -> FlagRule:
+    """`rule` with its arrival check, calibrated on `n_windows` training-condition windows.
+
+    Windows of ``rule.window_requests`` requests are drawn as in `calibrate`
+    (distinct whole groups in random order, the first entered at a random
+    request); the check keeps the median of their `arrival_statistic` and the
+    conformal ``ceil((B + 1)(1 - alpha))``-th smallest ``|statistic - median|``.
+
+    Args:
+        rule: the feature rule of the same window size (its ``alpha`` is used).
+        request_times: float ``(n_requests,)``, each request's ``request_time``,
+            groups (episodes) concatenated, each possibly restarting its clock.
+        group_starts: int64 ``(n_groups + 1,)``, first request of each group.
+    """
+    times = np.asarray(request_times, dtype=np.float64)
+    if len(group_starts) < 2 or int(group_starts[-1]) != len(times):
+        raise ValueError(f"`group_starts` must end at the number of request times ({len(times)})")
+    rng = np.random.default_rng(seed)
+    lo, hi = group_starts[:-1], group_starts[1:]
+    values = np.array(
+        [
+            arrival_statistic(times[_draw_window(rng, lo, hi, rule.window_requests)])
+            for _ in range(n_windows)
+        ]
+    )
+    if not np.any(np.isfinite(values)):
+        raise ValueError("no calibration window has two distinct request times")
+    center = float(np.nanmedian(values))
+    # a window without a positive gap is never flagged live, so it counts as no shift
+    deviation = np.sort(np.nan_to_num(np.abs(values - center), nan=0.0))
+    k_th = min(n_windows, math.ceil((n_windows + 1) * (1 - rule.alpha)))
+    return replace(rule, arrival_center=center, arrival_threshold=float(deviation[k_th - 1]))
+
+
 @dataclass(frozen=True)
 class WindowDrift:
     """One closed window.
@@ -411,11 +526,14 @@ class WindowDrift:
         n_requests, n_rows: requests and option rows in the window.
         psi, ks: float64 ``(F,)`` per feature.
         statistic: ``T`` of the rule; threshold: the rule's.
-        flagged: ``T > threshold`` or an unseen category.
+        flagged: ``T > threshold``, an unseen category, or `arrival_flagged`.
         unseen_hardware, unseen_kinds: categories never seen in training.
         out_of_support_rows: rows outside the training range or of a novel request.
         decisions, out_of_support_decisions: the policy's decisions in the window,
             and those made on an out-of-support input.
+        arrival: `arrival_statistic` of the window's request times (NaN: no positive gap).
+        arrival_shift: ``arrival`` minus the training median (NaN: no arrival check).
+        arrival_flagged: ``|arrival_shift|`` above the rule's arrival threshold.
     """
 
     n_requests: int
@@ -430,6 +548,9 @@ class WindowDrift:
     out_of_support_rows: int
     decisions: int
     out_of_support_decisions: int
+    arrival: float = math.nan
+    arrival_shift: float = math.nan
+    arrival_flagged: bool = False
 
     @property
     def psi_max(self) -> float:
@@ -464,6 +585,15 @@ class WindowAccumulator:
         self.out_of_support_rows = 0
         self.decisions = 0
         self.out_of_support_decisions = 0
+        self.gaps: list[NDArray[np.float64]] = []
+        self.last_time: float | None = None
+
+    def add_times(self, times: NDArray[np.floating]) -> None:
+        """Add the times of the requests just added, in stream order (gaps within the window)."""
+        t = np.asarray(times, dtype=np.float64)
+        if len(t):
+            self.gaps.append(positive_gaps(t, self.last_time))
+            self.last_time = float(t[-1])
 
     def add(
         self,
@@ -493,6 +623,8 @@ class WindowAccumulator:
         psi_values = self.reference.psi(self.psi_counts)
         statistic = self.rule.statistic(psi_values)
         novel = bool(self.unseen_hardware or self.unseen_kinds)
+        arrival = gap_statistic(np.concatenate(self.gaps)) if self.gaps else math.nan
+        arrival_flagged = self.rule.arrival_flagged(arrival)
         out = WindowDrift(
             n_requests=self.n_requests,
             n_rows=self.n_rows,
@@ -500,12 +632,17 @@ class WindowAccumulator:
             ks=self.reference.ks(self.grid_counts),
             statistic=statistic,
             threshold=self.rule.threshold,
-            flagged=novel or (math.isfinite(statistic) and statistic > self.rule.threshold),
+            flagged=novel
+            or arrival_flagged
+            or (math.isfinite(statistic) and statistic > self.rule.threshold),
             unseen_hardware=tuple(sorted(self.unseen_hardware)),
             unseen_kinds=tuple(sorted(self.unseen_kinds)),
             out_of_support_rows=self.out_of_support_rows,
             decisions=self.decisions,
             out_of_support_decisions=self.out_of_support_decisions,
+            arrival=arrival,
+            arrival_shift=self.rule.arrival_shift(arrival),
+            arrival_flagged=arrival_flagged,
         )
         self._reset()
         return out
@@ -516,6 +653,7 @@ class WindowAccumulator:
         offsets: NDArray[np.int64],
         categories: Sequence[tuple[frozenset[str], str]],
         chosen: NDArray[np.int64] | None = None,
+        times: NDArray[np.floating] | None = None,
     ) -> list[WindowDrift]:
         """Add requests in CSR form; return the windows they closed (usually none).
 
@@ -527,9 +665,13 @@ class WindowAccumulator:
                 `NO_DECISION`: the policy did not decide on it),
                 or None when no decisions are counted. A decision is out of
                 support when its chosen row is (DEFER: when any row is).
+            times: per request, its ``request_time`` (the arrival check), or None
+                when not known (the window's arrival statistic is then NaN).
         """
         r = self.reference
         n_req = len(offsets) - 1
+        if times is not None and len(times) != n_req:
+            raise ValueError(f"`times` must have one time per request ({n_req}), got {len(times)}")
         counts = np.diff(offsets)
         novel = np.array(
             [
@@ -563,6 +705,8 @@ class WindowAccumulator:
                 decisions=int(decided[start:end].sum()),
                 out_of_support_decisions=int(oos_decision[start:end].sum()),
             )
+            if times is not None:
+                self.add_times(times[start:end])
             if self.n_requests >= self.window_requests:
                 closed.append(self.close())
             start = end

@@ -11,7 +11,11 @@ offsets and requests, and every policy's decisions — once per micro-batch.
 The work is histogram counts against the reference's bin edges (one
 ``searchsorted`` per feature and one ``bincount``), a support check over the
 rows, and one small set of hardware class names per request; no per-row
-Python. It runs on the scorer thread, after scoring; a failure here is logged
+Python. The arrival check reads each request's ``request_time`` (Runtime's
+clock): the positive gaps between consecutive requests of a window
+(`service.ope.drift.arrival_statistic`), exported as
+``understudy_drift_arrival_shift`` (log units against the training median).
+It runs on the scorer thread, after scoring; a failure here is logged
 and never stops scoring.
 """
 
@@ -68,6 +72,8 @@ class DriftMonitor:
             for flagged in ("true", "false"):
                 metrics.drift_windows.labels(name, flagged)
             metrics.drift_out_of_support.labels(name)
+            if rule.arrival_center is not None:  # no arrival process in training: no series
+                metrics.drift_arrival_shift.labels(name).set(0)
 
     @property
     def policies(self) -> tuple[str, ...]:
@@ -85,6 +91,7 @@ class DriftMonitor:
 
     def _observe(self, batch: ScoringBatch, decisions: Sequence[ScoredDecision]) -> None:
         categories = [request_categories(r) for r in batch.requests]
+        times = np.fromiter((r.request_time for r in batch.requests), np.float64, batch.n_requests)
         index = {r.request_id: i for i, r in enumerate(batch.requests)}  # fallback only
         with self._lock:
             for name, window in self._windows.items():
@@ -97,7 +104,7 @@ class DriftMonitor:
                         chosen[index[d.request_id]] = d.chosen
                 before = window.out_of_support_decisions
                 closed = window.feed(
-                    batch.features, batch.offsets, categories, chosen if mine else None
+                    batch.features, batch.offsets, categories, chosen if mine else None, times
                 )
                 new = window.out_of_support_decisions - before
                 new += sum(w.out_of_support_decisions for w in closed)
@@ -111,12 +118,14 @@ class DriftMonitor:
         m.drift_psi_max.labels(name).set(w.psi_max)
         m.drift_flagged.labels(name).set(1 if w.flagged else 0)
         m.drift_windows.labels(name, str(w.flagged).lower()).inc()
+        if self.rules[name].arrival_center is not None:
+            m.drift_arrival_shift.labels(name).set(w.arrival_shift)
         self.last[name] = w
         if w.flagged:
             top = int(np.nanargmax(w.psi / self.rules[name].scale))
             log.warning(
-                "drift window flagged for %s: T=%.2f > %.2f (top feature %s PSI %.3f);"
-                " unseen hardware %s, kinds %s",
+                "drift window flagged for %s: T=%.2f vs %.2f (top feature %s PSI %.3f);"
+                " unseen hardware %s, kinds %s; arrival shift %.2f (flagged: %s)",
                 name,
                 w.statistic,
                 w.threshold,
@@ -124,4 +133,6 @@ class DriftMonitor:
                 w.psi[top],
                 list(w.unseen_hardware),
                 list(w.unseen_kinds),
+                w.arrival_shift,
+                w.arrival_flagged,
             )

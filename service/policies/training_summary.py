@@ -4,9 +4,17 @@ The manifest's ``training_data`` block (means, 5/50/95% quantiles) says what
 a model saw in words and a few numbers; drift needs more: per contract
 feature the PSI bin edges and reference proportions, a 201-point quantile
 grid with its CDF (KS), min/max (support), the hardware classes and workload
-kinds seen, and the calibrated per-window flag rules (`service.ope.drift`).
+kinds seen, and the calibrated per-window flag rules (`service.ope.drift`),
+each with its arrival check: the training median of the window's arrival
+statistic and its two-sided threshold (null for a policy trained on synthetic
+requests, whose times are indices, not an arrival process). The arrival check
+of a simulator-trained policy is calibrated on `ARRIVAL_EPISODES` episodes of
+its training scenario and seed that follow the ones it was trained on: the
+same conditions, but enough episodes to hold the rare retry storms that
+dominate a window's arrival statistic (docs/drift.md).
 
-Format (``schema: understudy-training-summary/v1``)::
+Format (``schema: understudy-training-summary/v2``; v2 added the arrival
+fields, so a v1 file is refused and must be regenerated)::
 
     {"schema", "policy", "source", "feature_version", "feature_hash",
      "feature_names": [...], "n_rows", "n_requests", "n_groups",
@@ -14,7 +22,8 @@ Format (``schema: understudy-training-summary/v1``)::
      "features": {name: {"min", "max", "psi_edges", "psi_proportions",
                          "ks_grid", "ks_cdf"}},
      "flag_rules": [{"window_requests", "alpha", "threshold",
-                     "calibration_windows", "scale": {name: s}}],
+                     "calibration_windows", "scale": {name: s},
+                     "arrival_center", "arrival_threshold"}],
      "generator": {"command", "seed", ...}}
 
 Drift compares what the scorer computes once per batch — the *contract*
@@ -37,7 +46,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,15 +61,18 @@ from service.ope.drift import (
     FlagRule,
     build_reference,
     calibrate,
+    calibrate_arrival,
     request_categories,
 )
 from service.policies.errors import PolicyLoadError
 
-SCHEMA = "understudy-training-summary/v1"
+SCHEMA = "understudy-training-summary/v2"
 SUMMARY_FILE = "training_summary.json"
 WINDOW_SIZES = (250, 500, 1000, 2000, 4000, 8000)
 """Window sizes (requests) a flag rule is calibrated for."""
 CALIBRATION_WINDOWS = 1000
+ARRIVAL_EPISODES = 1000
+"""Training-condition episodes the arrival check is calibrated on (simulated sources)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -110,6 +122,8 @@ class TrainingReference:
                     "threshold": rule.threshold,
                     "calibration_windows": rule.calibration_windows,
                     "scale": dict(zip(r.names, rule.scale.tolist(), strict=True)),
+                    "arrival_center": rule.arrival_center,
+                    "arrival_threshold": rule.arrival_threshold,
                 }
                 for rule in self.rules
             ],
@@ -141,6 +155,8 @@ def _from_dict(policy: str, data: Mapping[str, Any]) -> TrainingReference:
             scale=np.array([r["scale"][n] for n in names], dtype=np.float64),
             threshold=float(r["threshold"]),
             calibration_windows=int(r["calibration_windows"]),
+            arrival_center=_optional_float(r["arrival_center"]),
+            arrival_threshold=_optional_float(r["arrival_threshold"]),
         )
         for r in data["flag_rules"]
     )
@@ -155,6 +171,10 @@ def _from_dict(policy: str, data: Mapping[str, Any]) -> TrainingReference:
         rules=rules,
         generator=dict(data.get("generator", {})),
     )
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def load_summary(
@@ -205,6 +225,10 @@ class TrainingInputs:
         group_starts: int64 ``(n_groups + 1,)``, first request of each episode
             (or of each synthetic cluster).
         categories: per request, `request_categories`.
+        arrival_times: float64, the ``request_time`` of every request of the
+            arrival-calibration episodes, concatenated; None when the source has no
+            arrival process (synthetic requests, whose times are indices): no check.
+        arrival_starts: int64, first request of each arrival-calibration episode.
     """
 
     source: str
@@ -213,6 +237,8 @@ class TrainingInputs:
     group_starts: NDArray[np.int64]
     categories: list[tuple[frozenset[str], str]]
     generator: dict[str, Any]
+    arrival_times: NDArray[np.float64] | None = None
+    arrival_starts: NDArray[np.int64] | None = None
 
 
 def featurise(groups: Sequence[Sequence[MirrorRequest]]) -> tuple[
@@ -231,6 +257,11 @@ def featurise(groups: Sequence[Sequence[MirrorRequest]]) -> tuple[
     offsets = np.concatenate([[0], np.cumsum(np.concatenate(counts))]).astype(np.int64)
     starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     return np.concatenate(xs), offsets, starts, cats
+
+
+def request_times(groups: Sequence[Sequence[MirrorRequest]]) -> NDArray[np.float64]:
+    """Every request's ``request_time``, groups concatenated (each episode restarts its clock)."""
+    return np.array([r.request_time for g in groups for r in g], dtype=np.float64)
 
 
 def simulated_requests(
@@ -260,6 +291,7 @@ def _sources(policies_dir: Path) -> dict[str, TrainingInputs]:
             continue
         build = m.get("build") or {}
         name = m["name"]
+        arrival_groups: Callable[[], Any] | None
         if build.get("command") == "understudy train":
             st = build["settings"]
             seed, n_ep = int(st["seed"]), int(st["episodes"])
@@ -276,6 +308,14 @@ def _sources(policies_dir: Path) -> dict[str, TrainingInputs]:
             def groups_of(seed: int = seed, n_ep: int = n_ep, jobs: Any = jobs) -> Any:
                 return simulated_requests("train", seed, range(n_ep), jobs)
 
+            def arrival_of(seed: int = seed, n_ep: int = n_ep, jobs: Any = jobs) -> Any:
+                episodes = range(n_ep, n_ep + ARRIVAL_EPISODES)  # never trained on
+                return simulated_requests("train", seed, episodes, jobs)
+
+            arrival_groups = arrival_of
+
+            gen["arrival_episodes"] = f"{n_ep}-{n_ep + ARRIVAL_EPISODES - 1}"
+
         elif build.get("command") == "python -m service.policies.build_models":
             seed = int(build["seed"])
 
@@ -284,13 +324,20 @@ def _sources(policies_dir: Path) -> dict[str, TrainingInputs]:
                 return [requests[i : i + 8] for i in range(0, len(requests), 8)]  # a cluster each
 
             source = f"synthetic requests (service.policies.synthetic, seed {seed}), 600 requests"
+            arrival_groups = None  # request_time is the request's index: no arrival process
             gen = {"data": "synthetic", "seed": seed, "requests": 600, "group": 8}
         else:
             continue
         key = json.dumps(gen, sort_keys=True)
         if key not in cache:
             x, offsets, starts, cats = featurise(groups_of())
-            cache[key] = TrainingInputs(source, x, offsets, starts, cats, gen)
+            times = a_starts = None
+            if arrival_groups is not None:
+                a_groups = arrival_groups()
+                times = request_times(a_groups)
+                sizes = [len(g) for g in a_groups]
+                a_starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+            cache[key] = TrainingInputs(source, x, offsets, starts, cats, gen, times, a_starts)
         out[name] = cache[key]
     return out
 
@@ -309,7 +356,7 @@ def summarise(
     hardware = set().union(*(c[0] for c in inputs.categories))
     kinds = {c[1] for c in inputs.categories}
     reference = build_reference(inputs.x, features.names, hardware, kinds)
-    rules = tuple(
+    feature_rules = tuple(
         calibrate(
             reference,
             inputs.x,
@@ -322,6 +369,18 @@ def summarise(
         )
         for i, size in enumerate(window_sizes)
     )
+    rules = feature_rules
+    if inputs.arrival_times is not None and inputs.arrival_starts is not None:
+        rules = tuple(
+            calibrate_arrival(
+                rule,
+                inputs.arrival_times,
+                inputs.arrival_starts,
+                n_windows=n_windows,
+                seed=seed + i,
+            )
+            for i, rule in enumerate(feature_rules)
+        )
     return TrainingReference(
         policy=policy,
         source=inputs.source,
@@ -362,7 +421,11 @@ def main(argv: list[str] | None = None) -> int:
     for name, inputs in _sources(args.policies).items():
         summary = summarise(name, inputs, seed=args.seed)
         path = write_summary(summary, args.policies / name)
-        thresholds = ", ".join(f"{r.window_requests}: {r.threshold:.2f}" for r in summary.rules)
+        thresholds = ", ".join(
+            f"{r.window_requests}: {r.threshold:.2f}"
+            + ("" if r.arrival_threshold is None else f" / arrival ±{r.arrival_threshold:.2f}")
+            for r in summary.rules
+        )
         console.print(
             f"{path}: {summary.reference.n_rows} rows, {summary.n_requests} requests,"
             f" {summary.n_groups} groups; thresholds {{{thresholds}}}"

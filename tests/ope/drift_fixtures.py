@@ -15,6 +15,7 @@ from service.policies.training_summary import (
     TrainingReference,
     featurise,
     load_summary,
+    request_times,
     simulated_requests,
 )
 
@@ -31,14 +32,15 @@ def shipped_summary(policy: str = SIMULATED_POLICY) -> TrainingReference:
 
 
 def stream(scenario: str, seed: int, chunk_episodes: int = 10) -> Iterator[
-    tuple[np.ndarray, np.ndarray, list[tuple[frozenset[str], str]]]
+    tuple[np.ndarray, np.ndarray, list[tuple[frozenset[str], str]], np.ndarray]
 ]:  # fmt: skip
-    """Every request of episodes 0, 1, ... of `scenario` under `seed`, in chunks, featurised."""
+    """Every request of episodes 0, 1, ... of `scenario` under `seed`, in chunks, featurised,
+    with its ``request_time`` (each episode restarts the simulator's clock)."""
     start = 0
     while True:
         groups = simulated_requests(scenario, seed, range(start, start + chunk_episodes))
         x, offsets, _, cats = featurise(groups)
-        yield x, offsets, cats
+        yield x, offsets, cats, request_times(groups)
         start += chunk_episodes
 
 
@@ -48,8 +50,8 @@ def windows(
     """The first `n_windows` windows of `window` requests of a simulated stream."""
     acc = WindowAccumulator(summary.reference, select_rule(summary.rules, window), window)
     out: list[WindowDrift] = []
-    for x, offsets, cats in stream(scenario, seed):
-        out += acc.feed(x, offsets, cats)
+    for x, offsets, cats, times in stream(scenario, seed):
+        out += acc.feed(x, offsets, cats, times=times)
         if len(out) >= n_windows:
             return out[:n_windows]
     raise AssertionError("unreachable: the stream is endless")
@@ -71,11 +73,18 @@ def main() -> None:
     for scenario, seed, n in plan:
         ws = windows(summary, scenario, seed, window, n)
         flagged = sum(w.flagged for w in ws)
+        by_t = sum(w.statistic > w.threshold for w in ws)
+        by_arrival = sum(w.arrival_flagged for w in ws)
         median_t = float(np.median([w.statistic for w in ws]))
+        shifts = [w.arrival_shift for w in ws]
+        rule = select_rule(summary.rules, window)
         print(
             f"{scenario:10s} seed {seed}: {flagged:3d}/{len(ws)} windows of {window} requests"
-            f" flagged ({flagged / len(ws):.0%}); median T {median_t:.2f},"
-            f" threshold {ws[0].threshold:.2f}",
+            f" flagged ({flagged / len(ws):.0%}); features T > threshold in {by_t}, median T"
+            f" {median_t:.2f}, threshold {ws[0].threshold:.2f}; arrival flagged in"
+            f" {by_arrival}, shift median {float(np.median(shifts)):+.2f}"
+            f" (min {min(shifts):+.2f}, max {max(shifts):+.2f}),"
+            f" band ±{rule.arrival_threshold or float('nan'):.2f}",
             flush=True,
         )
 

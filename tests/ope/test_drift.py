@@ -17,9 +17,13 @@ from service.ope.drift import (
     PSI_FLOOR,
     FlagRule,
     WindowAccumulator,
+    arrival_statistic,
     build_reference,
     calibrate,
+    calibrate_arrival,
+    gap_statistic,
     ks_pvalue,
+    positive_gaps,
     psi,
     request_categories,
     select_rule,
@@ -184,6 +188,14 @@ def test_shipped_summaries_load_with_the_running_feature_function() -> None:
         assert s.feature_hash == DEFAULT_FEATURES.definition_hash
         assert s.reference.names == FEATURE_NAMES
         assert {r.window_requests for r in s.rules} >= {250, 4000}
+        timed = name != "gavel-scorer"  # synthetic request times are indices: no arrivals
+        for r in s.rules:
+            assert (r.arrival_center is not None) == timed
+            assert (r.arrival_threshold is not None) == timed
+        if timed:  # the window statistic's noise shrinks as windows grow
+            bands = [r.arrival_threshold for r in sorted(s.rules, key=lambda r: r.window_requests)]
+            assert all(b is not None and b > 0 for b in bands)
+            assert bands == sorted(bands, reverse=True), bands
     for baseline in ("gavel-throughput", "learned-outcome"):  # predictors: no summary
         assert load_summary(POLICIES_DIR / baseline) is None
 
@@ -254,3 +266,88 @@ def test_registry_keeps_the_policy_but_refuses_its_stale_summary(tmp_path: Path)
     assert "iwr-scorer" in registry.policies
     assert "iwr-scorer" not in registry.training_summaries
     assert "regenerate it" in registry.summaries_refused["iwr-scorer"].problem
+
+
+# --- the arrival check ----------------------------------------------------------------
+
+
+def test_arrival_statistic_is_the_log_upper_quartile_of_positive_gaps() -> None:
+    # gaps 10, 10, 20: numpy's linear upper quartile is 15
+    assert arrival_statistic(np.array([0.0, 10.0, 20.0, 40.0])) == pytest.approx(math.log(15.0))
+    assert gap_statistic(np.array([4.0])) == pytest.approx(math.log(4.0))
+    assert math.isnan(arrival_statistic(np.array([5.0, 5.0, 5.0])))  # no positive gap
+    assert math.isnan(arrival_statistic(np.array([7.0])))
+
+
+def test_arrival_gaps_drop_ties_out_of_order_times_and_clock_resets() -> None:
+    # an episode, a tie (a re-mirror), a clock reset to 0, another episode with a tie
+    times = np.array([0.0, 10.0, 10.0, 30.0, 0.0, 5.0, 5.0, 25.0])
+    assert positive_gaps(times).tolist() == [10.0, 20.0, 5.0, 20.0]
+    # out of order: 12 after 20 is dropped, the gap from 12 to 30 counts
+    assert positive_gaps(np.array([0.0, 20.0, 12.0, 30.0])).tolist() == [20.0, 18.0]
+    assert positive_gaps(np.array([3.0, 4.0]), after=1.0).tolist() == [2.0, 1.0]
+    assert arrival_statistic(times) == pytest.approx(math.log(20.0))  # quartile of 5,10,20,20
+
+
+def test_windows_see_arrival_gaps_within_the_window_across_batches() -> None:
+    ref = build_reference(np.linspace(0, 1, 50)[:, None], ONE, {"K80"}, {"train"})
+    rule = FlagRule(
+        4, 0.05, np.full(1, 0.1), 1e9, 100, arrival_center=math.log(10.0), arrival_threshold=0.5
+    )
+    acc = WindowAccumulator(ref, rule, window_requests=4)
+    cats = [(frozenset({"K80"}), "train")] * 3
+    times = np.array([0.0, 10.0, 20.0, 30.0, 1000.0, 1001.0, 1001.0, 1002.0, 1003.0])
+    rows = np.full((9, 1), 0.5)
+    closed = []
+    for lo, hi in ((0, 3), (3, 6), (6, 9)):  # batches straddle the window end
+        closed += acc.feed(rows[lo:hi], np.arange(hi - lo + 1), cats, times=times[lo:hi])
+    assert len(closed) == 2
+    first, second = closed
+    # the 970 s gap from 30 to 1000 crosses windows and belongs to neither
+    assert first.arrival == pytest.approx(arrival_statistic(times[:4])) == math.log(10.0)
+    assert second.arrival == pytest.approx(arrival_statistic(times[4:8])) == 0.0
+    assert first.arrival_shift == pytest.approx(0.0) and not first.flagged
+    assert second.arrival_shift == pytest.approx(-math.log(10.0))
+    assert second.arrival_flagged and second.flagged and second.statistic < 1e9
+    with pytest.raises(ValueError, match="`times` must have one time per request"):
+        acc.feed(rows[:2], np.arange(3), cats[:2], times=times[:1])
+
+
+def test_a_rule_without_an_arrival_reference_never_flags_on_arrivals() -> None:
+    rule = _rule()
+    assert math.isnan(rule.arrival_shift(-10.0)) and not rule.arrival_flagged(-10.0)
+    timed = FlagRule(1, 0.05, np.full(1, 0.1), 1.0, 100, 2.0, 0.5)
+    assert timed.arrival_flagged(1.4) and timed.arrival_flagged(2.6)  # two-sided
+    assert not timed.arrival_flagged(1.6) and not timed.arrival_flagged(math.nan)
+
+
+def test_calibrated_arrival_check_controls_false_flags_and_catches_a_surge() -> None:
+    """Episodes of Poisson arrivals, each restarting its clock: the calibrated centre is the
+    known upper quartile of exponential gaps, mean * ln 4; fresh episodes are rarely flagged,
+    arrivals 4.69x faster (the simulator's surge factor) always."""
+    rng = np.random.default_rng(5)
+    n_ep, per_ep, mean_gap = 100, 50, 60.0
+
+    def episodes(n: int, gap: float) -> np.ndarray:
+        return np.cumsum(rng.exponential(gap, size=(n, per_ep)), axis=1).ravel()  # resets
+
+    times = episodes(n_ep, mean_gap)
+    starts = np.arange(0, n_ep * per_ep + 1, per_ep)
+    feature_rule = _rule(threshold=1e9, window=500)
+    assert feature_rule.arrival_center is None
+    rule = calibrate_arrival(feature_rule, times, starts, n_windows=400, seed=0)
+    assert rule.threshold == feature_rule.threshold and rule.alpha == 0.05
+    assert rule.arrival_center is not None and rule.arrival_threshold is not None
+    assert rule.arrival_center == pytest.approx(math.log(mean_gap * math.log(4.0)), abs=0.05)
+
+    def rate(gap: float) -> float:
+        return float(
+            np.mean(
+                [rule.arrival_flagged(arrival_statistic(episodes(10, gap))) for _ in range(200)]
+            )
+        )
+
+    assert rate(mean_gap) <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / 200)
+    assert rate(mean_gap / 4.69) == 1.0
+    with pytest.raises(ValueError, match="`group_starts` must end at the number of request"):
+        calibrate_arrival(feature_rule, times[:-1], starts)

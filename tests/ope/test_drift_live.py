@@ -69,6 +69,8 @@ def test_live_drift_windows_match_the_offline_section(
         assert sample("understudy_drift_windows_total", policy=p, flagged="true") == 0.0
         assert sample("understudy_drift_windows_total", policy=p, flagged="false") == 0.0
         assert sample("understudy_drift_out_of_support_decisions_total", policy=p) == 0.0
+        timed = p != "gavel-scorer"  # trained on synthetic requests: no arrival process
+        assert sample("understudy_drift_arrival_shift", policy=p) == (0.0 if timed else None)
     for baseline in ("first-fit", "least-loaded"):  # no training data, no series
         assert sample("understudy_drift_flagged", policy=baseline) is None
 
@@ -100,6 +102,10 @@ def test_live_drift_windows_match_the_offline_section(
         last = r["windows"][-1]
         assert sample("understudy_drift_psi_max", policy=p) == pytest.approx(last["psi_max"])
         assert sample("understudy_drift_flagged", policy=p) == (1.0 if last["flagged"] else 0.0)
+        if p != "gavel-scorer":
+            assert r["arrival_threshold"] is not None and last["arrival_shift"] is not None
+            shift = sample("understudy_drift_arrival_shift", policy=p)
+            assert shift == pytest.approx(last["arrival_shift"])
         flagged = sum(w["flagged"] for w in r["windows"])
         assert sample("understudy_drift_windows_total", policy=p, flagged="true") == flagged
         in_windows = sum(w["out_of_support_decisions"] for w in r["windows"])
