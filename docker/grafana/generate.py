@@ -513,6 +513,18 @@ def experiments() -> g.Dashboard:
             width=8,
         ),
         Panel(
+            "Drift: arrival-rate shift",
+            (
+                _q(
+                    f"max by (policy) (understudy_drift_arrival_shift{{{INST}, {POL}}})",
+                    "{{policy}}",
+                ),
+            ),
+            "short",
+            "Log upper-quartile gap between requests in Runtime's clock minus its training median; negative = faster arrivals (docs/drift.md).",
+            width=8,
+        ),
+        Panel(
             "Calibration: interval coverage",
             (
                 _q(
