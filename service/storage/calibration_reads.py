@@ -26,11 +26,11 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from sqlalchemy import Engine, Float, and_, cast, extract, func, or_, select
+from sqlalchemy import Engine, Float, and_, cast, extract, func, select
 
 from service.storage import tables as t
 from service.storage.engine import unavailable_on_failure
-from service.storage.ope_reads import OpeFilter
+from service.storage.ope_reads import OpeFilter, filter_conditions
 from service.storage.payload import decompress, join_state
 
 TARGETS: dict[str, tuple[str, str, str]] = {
@@ -81,22 +81,8 @@ class CalibrationRows:
 
 
 def _conditions(f: OpeFilter) -> list[Any]:
-    r, d = t.requests, t.decisions
-    out: list[Any] = [d.c.predicted.is_not(None)]
-    if f.since is not None:
-        out.append(r.c.received_at >= func.to_timestamp(f.since))
-    if f.until is not None:
-        out.append(r.c.received_at < func.to_timestamp(f.until))
-    if f.policies:
-        out.append(or_(*(d.c.policy_name == p for p in f.policies)))
-    for column, value in (
-        (r.c.workload_kind, f.workload_kind),
-        (r.c.tenant, f.tenant),
-        (r.c.model_family, f.model_family),
-    ):
-        if value is not None:
-            out.append(column == value)
-    return out
+    """The OPE filter, restricted to decisions that logged a prediction."""
+    return [t.decisions.c.predicted.is_not(None), *filter_conditions(f)]
 
 
 def _arrived(since: float | None) -> list[Any]:

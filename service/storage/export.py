@@ -32,9 +32,12 @@ from sqlalchemy import BigInteger, Engine, cast, extract, func, select
 
 from service.storage import tables as t
 from service.storage.engine import unavailable_on_failure
-from service.storage.ope_reads import OpeFilter, Progress
+from service.storage.ope_reads import (
+    OpeFilter,
+    Progress,
+    filter_conditions,  # the same filter as OPE
+)
 from service.storage.ope_reads import _source as joined_source  # the same join as OPE
-from service.storage.ope_reads import _where as filter_conditions  # the same filter as OPE
 
 SCHEMA_VERSION = "understudy-slice/1"
 """Name and major version of the slice schema; readers refuse another major."""

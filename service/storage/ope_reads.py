@@ -115,7 +115,8 @@ def _epoch(column: Any) -> Any:
     return cast(extract("epoch", column), Float)
 
 
-def _where(f: OpeFilter) -> list[Any]:
+def filter_conditions(f: OpeFilter) -> list[Any]:
+    """SQL conditions for `f` on `requests` joined with `decisions` (shared by every log read)."""
     r, d = t.requests, t.decisions
     out: list[Any] = []
     if f.since is not None:
@@ -155,7 +156,7 @@ def read_ope_log(
     """
     f = where or OpeFilter()
     r, o, d = t.requests, t.outcomes, t.decisions
-    conditions = _where(f)
+    conditions = filter_conditions(f)
     count = select(func.count()).select_from(_source()).where(*conditions)
     query = (
         select(
