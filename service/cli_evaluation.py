@@ -192,6 +192,7 @@ def evidence(
     from service.evaluation_report.drift_section import build_drift_section
     from service.evaluation_report.failure_section import build_failure_section
     from service.evaluation_report.online_section import build_online_section, read_online_bounds
+    from service.evaluation_report.outcome_drift_section import build_outcome_drift_section
     from service.evaluation_report.package import build_ope_package
     from service.evaluation_report.sections import ReportSection
 
@@ -215,6 +216,7 @@ def evidence(
             build_failure_section(log, report, decoded),
             build_calibration_section(engine, where, policies_dir),
             build_drift_section(engine, where, policies_dir),
+            build_outcome_drift_section(engine, where, policies_dir),
             build_online_section(read_online_bounds(engine)),
         ]
         sections = [s for s in built if s is not None]

@@ -44,6 +44,7 @@ from service.pipeline.evaluator import (
 )
 from service.pipeline.evaluator_metrics import EvaluatorMetrics, evaluator_families
 from service.pipeline.leader import Lease, holder_id
+from service.pipeline.outcome_drift_monitor import MAX_WINDOW_OUTCOMES, OutcomeDriftMonitor
 from service.protocols import ProtocolDesk, ProtocolRecords, RecordedProtocol, policy_refs
 from service.protocols.rounds import Decisions, JoinedRounds, QualityCounts
 from service.runtime import Service
@@ -63,6 +64,7 @@ from service.storage.evaluation_store import (
     FencedProtocolRecords,
 )
 from service.storage.ope_reads import OpeFilter
+from service.storage.outcome_drift_reads import read_placed_outcomes
 from service.wire.convert import mirror_request_from_pb
 from service.wire.understudy.v1 import contract_pb2
 
@@ -283,6 +285,28 @@ def calibration_monitor(service: Service) -> CalibrationMonitor | None:
     )
 
 
+def outcome_drift_monitor(service: Service) -> OutcomeDriftMonitor | None:
+    """The live outcome-drift check of `service`'s policies with an outcome reference
+    (None: there are none); same window and interval as the calibration check."""
+    engine, registry = service.engine, service.policies
+    if engine is None or registry is None:
+        return None
+    summaries = {
+        name: s.outcome
+        for name, s in sorted(registry.training_summaries.items())
+        if s.outcome is not None
+    }
+    if not summaries:
+        return None
+    return OutcomeDriftMonitor(
+        summaries,
+        lambda since: read_placed_outcomes(engine, outcomes_since=since, limit=MAX_WINDOW_OUTCOMES),
+        service.metrics,
+        window_s=service.settings.calibration_window_s,
+        interval_s=service.settings.calibration_interval_s,
+    )
+
+
 def wire_evaluator(
     service: Service,
     config: EvaluatorConfig | None = None,
@@ -318,6 +342,9 @@ def wire_evaluator(
     calibration = calibration_monitor(service)
     if calibration is not None:  # a step after each tick (docs/calibration.md)
         observer = CalibrationStep(observer, calibration)
+    outcome_drift = outcome_drift_monitor(service)
+    if outcome_drift is not None:  # the same kind of step (docs/drift.md, "Outcome drift")
+        observer = CalibrationStep(observer, outcome_drift)
     return Evaluator(
         desk,
         store,

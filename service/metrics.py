@@ -317,6 +317,26 @@ class ServiceMetrics:
             ["policy"],
             registry=registry,
         )
+        self.drift_outcome_flagged = Gauge(
+            "understudy_drift_outcome_flagged",
+            "1 if the outcomes received in the last window ran faster or slower than in the "
+            "policy's training episodes on some hardware class (docs/drift.md), else 0.",
+            ["policy"],
+            registry=registry,
+        )
+        self.drift_outcome_shift = Gauge(
+            "understudy_drift_outcome_shift",
+            "Median log throughput of the window's placed jobs on a hardware class minus the "
+            "training median of their cell; -0.69 is half speed; NaN: too few outcomes.",
+            ["policy", "hardware"],
+            registry=registry,
+        )
+        self.drift_outcome_residuals = Gauge(
+            "understudy_drift_outcome_residuals",
+            "Outcomes in the last outcome-drift window that had a training reference.",
+            ["policy"],
+            registry=registry,
+        )
         self.drift_out_of_support = Counter(
             "understudy_drift_out_of_support_decisions",
             "Decisions made on an input outside the policy's training support.",

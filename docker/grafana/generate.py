@@ -525,6 +525,18 @@ def experiments() -> g.Dashboard:
             width=8,
         ),
         Panel(
+            "Outcome drift: throughput shift by hardware class",
+            (
+                _q(
+                    f"max by (policy, hardware) (understudy_drift_outcome_shift{{{INST}, {POL}}})",
+                    "{{policy}} {{hardware}}",
+                ),
+            ),
+            "short",
+            "Median log throughput of placed jobs per hardware class minus the training median of their cell; -0.69 = half speed (docs/drift.md, Outcome drift).",
+            width=8,
+        ),
+        Panel(
             "Calibration: interval coverage",
             (
                 _q(

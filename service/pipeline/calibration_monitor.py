@@ -168,10 +168,20 @@ class CalibrationMonitor:
             log.exception("calibration check failed")
 
 
-class CalibrationStep:
-    """An `EvaluatorObserver` that forwards to `inner` and runs the monitor after each tick."""
+class PeriodicCheck(Protocol):
+    """A check the evaluator loop runs after its ticks (calibration, outcome drift)."""
 
-    def __init__(self, inner: EvaluatorObserver, monitor: CalibrationMonitor) -> None:
+    def maybe_run(self) -> None:
+        """Run if due; must never raise."""
+        ...
+
+
+class CalibrationStep:
+    """An `EvaluatorObserver` that forwards to `inner` and runs the monitor after each tick.
+
+    The monitor is any `PeriodicCheck`; steps nest for several checks."""
+
+    def __init__(self, inner: EvaluatorObserver, monitor: PeriodicCheck) -> None:
         self.inner = inner
         self.monitor = monitor
 

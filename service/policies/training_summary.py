@@ -24,7 +24,14 @@ fields, so a v1 file is refused and must be regenerated)::
      "flag_rules": [{"window_requests", "alpha", "threshold",
                      "calibration_windows", "scale": {name: s},
                      "arrival_center", "arrival_threshold"}],
-     "generator": {"command", "seed", ...}}
+     "generator": {"command", "seed", ...},
+     "outcome": {...}}            # optional: service.policies.outcome_summary
+
+A policy trained on simulated episodes also gets the ``outcome`` block: per
+cell (model family x hardware class x accelerators) the training median log
+throughput of placed jobs, and outcome rules calibrated on the
+arrival-calibration episodes (`service.ope.outcome_drift`): the check that
+sees hardware running slower than in training, which no request shows.
 
 Drift compares what the scorer computes once per batch — the *contract*
 feature rows of every option of every request — so the summary is over the
@@ -65,6 +72,13 @@ from service.ope.drift import (
     request_categories,
 )
 from service.policies.errors import PolicyLoadError
+from service.policies.outcome_summary import (
+    Episode,
+    OutcomeSummary,
+    outcome_from_dict,
+    simulated_episodes,
+    summarise_outcomes,
+)
 
 SCHEMA = "understudy-training-summary/v2"
 SUMMARY_FILE = "training_summary.json"
@@ -88,9 +102,17 @@ class TrainingReference:
     reference: FeatureReference
     rules: tuple[FlagRule, ...]
     generator: Mapping[str, Any]
+    outcome: OutcomeSummary | None = None
+    """Outcome drift (`service.policies.outcome_summary`); None without simulated outcomes."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (the module docstring's format)."""
+        out = self._feature_dict()
+        if self.outcome is not None:
+            out["outcome"] = self.outcome.to_dict()
+        return out
+
+    def _feature_dict(self) -> dict[str, Any]:
         r = self.reference
         return {
             "schema": SCHEMA,
@@ -170,6 +192,7 @@ def _from_dict(policy: str, data: Mapping[str, Any]) -> TrainingReference:
         reference=reference,
         rules=rules,
         generator=dict(data.get("generator", {})),
+        outcome=outcome_from_dict(data.get("outcome")),
     )
 
 
@@ -239,6 +262,10 @@ class TrainingInputs:
     generator: dict[str, Any]
     arrival_times: NDArray[np.float64] | None = None
     arrival_starts: NDArray[np.int64] | None = None
+    trained_episodes: Sequence[Episode] | None = None
+    held_out_episodes: Sequence[Episode] | None = None
+    """Simulated sources: the trained-on and the arrival-calibration episodes with their
+    outcomes (the outcome check); None for synthetic requests."""
 
 
 def featurise(groups: Sequence[Sequence[MirrorRequest]]) -> tuple[
@@ -268,13 +295,8 @@ def simulated_requests(
     scenario: str, seed: int, episodes: range, jobs_per_episode: int | None = None
 ) -> list[list[MirrorRequest]]:
     """Every mirrored request (forced defers included) of each episode, as Runtime sends them."""
-    from service.environment import World, load_scenario, log_episode
-
-    s = load_scenario(scenario)
-    if jobs_per_episode is not None:
-        s = s.replace(jobs_per_episode=jobs_per_episode)
-    world = World(s)
-    return [list(log_episode(world, seed, e).requests) for e in episodes]
+    logs = simulated_episodes(scenario, seed, episodes, jobs_per_episode)
+    return [requests for requests, _ in logs]
 
 
 def _sources(policies_dir: Path) -> dict[str, TrainingInputs]:
@@ -306,11 +328,11 @@ def _sources(policies_dir: Path) -> dict[str, TrainingInputs]:
                 gen["jobs_per_episode"] = jobs
 
             def groups_of(seed: int = seed, n_ep: int = n_ep, jobs: Any = jobs) -> Any:
-                return simulated_requests("train", seed, range(n_ep), jobs)
+                return simulated_episodes("train", seed, range(n_ep), jobs)
 
             def arrival_of(seed: int = seed, n_ep: int = n_ep, jobs: Any = jobs) -> Any:
                 episodes = range(n_ep, n_ep + ARRIVAL_EPISODES)  # never trained on
-                return simulated_requests("train", seed, episodes, jobs)
+                return simulated_episodes("train", seed, episodes, jobs)
 
             arrival_groups = arrival_of
 
@@ -321,7 +343,7 @@ def _sources(policies_dir: Path) -> dict[str, TrainingInputs]:
 
             def groups_of(seed: int = seed, n_ep: int = 0, jobs: Any = None) -> Any:
                 requests = list(synthetic_batch(seed, 600).requests)
-                return [requests[i : i + 8] for i in range(0, len(requests), 8)]  # a cluster each
+                return [(requests[i : i + 8], {}) for i in range(0, len(requests), 8)]  # a cluster
 
             source = f"synthetic requests (service.policies.synthetic, seed {seed}), 600 requests"
             arrival_groups = None  # request_time is the request's index: no arrival process
@@ -330,14 +352,27 @@ def _sources(policies_dir: Path) -> dict[str, TrainingInputs]:
             continue
         key = json.dumps(gen, sort_keys=True)
         if key not in cache:
-            x, offsets, starts, cats = featurise(groups_of())
-            times = a_starts = None
+            trained = groups_of()
+            x, offsets, starts, cats = featurise([g for g, _ in trained])
+            times = a_starts = held_out = None
             if arrival_groups is not None:
-                a_groups = arrival_groups()
+                held_out = arrival_groups()
+                a_groups = [g for g, _ in held_out]
                 times = request_times(a_groups)
                 sizes = [len(g) for g in a_groups]
                 a_starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-            cache[key] = TrainingInputs(source, x, offsets, starts, cats, gen, times, a_starts)
+            cache[key] = TrainingInputs(
+                source,
+                x,
+                offsets,
+                starts,
+                cats,
+                gen,
+                times,
+                a_starts,
+                trained_episodes=trained if held_out is not None else None,
+                held_out_episodes=held_out,
+            )
         out[name] = cache[key]
     return out
 
@@ -381,6 +416,17 @@ def summarise(
             )
             for i, rule in enumerate(feature_rules)
         )
+    outcome = None
+    if inputs.trained_episodes is not None and inputs.held_out_episodes is not None:
+        outcome = summarise_outcomes(
+            inputs.trained_episodes,
+            inputs.held_out_episodes,
+            f"outcomes of the {len(inputs.trained_episodes)} episodes trained on (reference);"
+            f" rules calibrated on the {len(inputs.held_out_episodes)} arrival-calibration"
+            " episodes",
+            n_windows=n_windows,
+            seed=seed,
+        )
     return TrainingReference(
         policy=policy,
         source=inputs.source,
@@ -396,6 +442,7 @@ def summarise(
             "numpy": np.__version__,
             **inputs.generator,
         },
+        outcome=outcome,
     )
 
 
