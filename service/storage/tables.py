@@ -170,6 +170,7 @@ outcomes = Table(
         "join_state IN ('after_request', 'before_request')", name="outcomes_join_state"
     ),
     Index("outcomes_observed", "observed_at"),
+    Index("outcomes_received", "received_at"),  # migration 0006: the live checks' window
     postgresql_partition_by="RANGE (request_time)",
 )
 
