@@ -234,7 +234,7 @@ def constant_model(data: BanditData) -> NDArray[np.float64]:
     return np.repeat(q[:, None], data.n_actions, axis=1)
 
 
-def _verdict(primary: Result | None, diff: Interval | None, dropped_all: bool) -> str:
+def verdict(primary: Result | None, diff: Interval | None, dropped_all: bool) -> str:
     if dropped_all or primary is None:
         return "no usable rounds"
     if isinstance(primary, NotIdentifiable):
@@ -287,7 +287,7 @@ def _estimate_policy(
         results=results,
         primary=primary,
         vs_production=diff,
-        verdict=_verdict(results.get(primary), diff, data is None),
+        verdict=verdict(results.get(primary), diff, data is None),
         slices=slices,
         weights=weights,
         provenance=provenance,

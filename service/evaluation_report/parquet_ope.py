@@ -44,9 +44,9 @@ from service.evaluation_report.ope_run import (
     OpeReport,
     PolicyReport,
     Traffic,
-    _verdict,
     log_slices,
     time_windows,
+    verdict,
 )
 from service.evaluation_report.parquet_rounds import Batch, batches
 from service.evaluation_report.parquet_source import Rows, open_slice, slice_size
@@ -287,7 +287,7 @@ def _report(
         results=results,
         primary=primary,
         vs_production=diff,
-        verdict=_verdict(chosen, diff, acc.kept == 0),
+        verdict=verdict(chosen, diff, acc.kept == 0),
         slices={
             dimension: {k: by_label[k].result() for k in sorted(by_label)}
             for dimension, by_label in acc.slices.items()

@@ -95,10 +95,10 @@ class OutcomeRows:
 
 def option_hardware(request: MirrorRequest, option: int) -> str:
     """The hardware class(es) of `option`'s nodes, sorted and joined with ``+``."""
-    opts, state = request.options, request.state
-    nodes = opts.node_index[opts.node_offsets[option] : opts.node_offsets[option + 1]]
-    names = sorted({state.hardware[int(state.node_hardware[n])].name for n in nodes})
-    return "+".join(names)
+    state = request.state
+    return "+".join(
+        sorted({state.hardware_of(int(n)).name for n in request.options.nodes_of(option)})
+    )
 
 
 def outcome_rows(requests: Sequence[MirrorRequest], outcomes: Mapping[str, Outcome]) -> OutcomeRows:

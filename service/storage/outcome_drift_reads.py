@@ -19,9 +19,7 @@ from service.contract import MirrorRequest, Outcome, ProductionDecision
 from service.storage import tables as t
 from service.storage.engine import unavailable_on_failure
 from service.storage.ope_reads import OpeFilter, filter_conditions
-from service.storage.payload import decompress, join_state
-from service.wire.convert import mirror_request_from_pb
-from service.wire.understudy.v1 import contract_pb2
+from service.storage.reviewer_reads import decode_request, stored_payload
 
 
 def read_placed_outcomes(
@@ -69,9 +67,8 @@ def read_placed_outcomes(
     outcomes: dict[str, Outcome] = {}
     with unavailable_on_failure("reading outcomes for drift"), engine.connect() as conn:
         for row in conn.execute(query):
-            state = decompress(row.state_zstd) if row.state_zstd is not None else None
-            raw = join_state(decompress(row.payload_zstd), state, row.state_offset)
-            request = mirror_request_from_pb(contract_pb2.MirrorRequest.FromString(raw))
+            payload = stored_payload(row.payload_zstd, row.state_offset, row.state_zstd)
+            request = decode_request(payload)
             requests.append(request)
             outcomes[request.request_id] = Outcome(
                 request_id=request.request_id,

@@ -143,7 +143,8 @@ def _record(row: Row[Any]) -> RecordedProtocol:
     )
 
 
-def _event(row: Row[Any]) -> ProtocolEvent:
+def event_from_row(row: Row[Any]) -> ProtocolEvent:
+    """A `ProtocolEvent` from a ``protocol_events`` row (the one converter every read uses)."""
     return ProtocolEvent(
         protocol_id=row.protocol_id,
         version=row.version,
@@ -299,7 +300,7 @@ class ProtocolStore:
             .order_by(e.seq)
         )
         with unavailable_on_failure("reading protocol events"), self.engine.connect() as conn:
-            return [_event(r) for r in conn.execute(query)]
+            return [event_from_row(r) for r in conn.execute(query)]
 
     def recorded(self, states: Collection[State] | None = None) -> list[RecordedProtocol]:
         """Recorded versions (optionally only those in `states`), by id and version."""

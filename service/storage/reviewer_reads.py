@@ -26,10 +26,10 @@ from service.contract import (
     MirrorRequest,
     NotFound,
 )
-from service.protocols import Action, ProtocolEvent, State
+from service.protocols import ProtocolEvent
 from service.storage import tables as t
 from service.storage.payload import decompress, join_state
-from service.storage.protocol_store import protocol_events, protocol_versions
+from service.storage.protocol_store import event_from_row, protocol_events, protocol_versions
 from service.storage.reviewer_query import DecisionFilter, DecisionKey, DecisionQuery, microseconds
 from service.wire.convert import mirror_request_from_pb
 from service.wire.understudy.v1 import contract_pb2
@@ -341,21 +341,4 @@ def events(conn: Connection, protocol_id: str, version: int) -> list[ProtocolEve
         .where(e.protocol_id == protocol_id, e.version == version)
         .order_by(e.seq)
     )
-    return [
-        ProtocolEvent(
-            protocol_id=row.protocol_id,
-            version=row.version,
-            seq=row.seq,
-            action=Action(row.action),
-            from_state=None if row.from_state is None else State(row.from_state),
-            to_state=State(row.to_state),
-            actor=row.actor,
-            actor_role=row.actor_role,
-            reason=row.reason,
-            evidence=row.evidence,
-            criterion=row.criterion,
-            content_sha256=row.content_sha256,
-            at=row.at.timestamp(),
-        )
-        for row in conn.execute(query)
-    ]
+    return [event_from_row(row) for row in conn.execute(query)]
