@@ -13,7 +13,6 @@ production's placements, which the predictor's policy happened to choose too.
 from __future__ import annotations
 
 import html
-import io
 import math
 from collections.abc import Hashable
 from pathlib import Path
@@ -27,7 +26,7 @@ from numpy.typing import NDArray
 from sqlalchemy import Engine
 
 from service.contract import InvalidInput
-from service.evaluation_report.figures import file_name
+from service.evaluation_report.figures import file_name, png
 from service.evaluation_report.sections import ReportSection
 from service.evidence.package import html_table, md_table
 from service.ope.calibration import MIN_OUTCOMES, CalibrationReport, by_slice, calibrate
@@ -57,12 +56,6 @@ def _hardware(rows: CalibrationRows) -> NDArray[np.str_]:
     return np.array(out if out else ["unknown"] * rows.n, dtype=np.str_)
 
 
-def _png(fig: Figure) -> bytes:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=90)
-    return buffer.getvalue()
-
-
 def pit_png(label: str, report: CalibrationReport) -> bytes:
     """PIT histogram with the uniform line."""
     fig = Figure(figsize=(6.0, 3.4), layout="constrained")
@@ -76,7 +69,7 @@ def pit_png(label: str, report: CalibrationReport) -> bytes:
     ax.set_ylabel("outcomes")
     ax.set_title(f"{label}: PIT, n={report.n}, chi-square p={h.p_value:.2g}", fontsize=9)
     ax.legend(fontsize=7)
-    return _png(fig)
+    return png(fig)
 
 
 def reliability_png(label: str, report: CalibrationReport) -> bytes:
@@ -95,7 +88,7 @@ def reliability_png(label: str, report: CalibrationReport) -> bytes:
     ax.set_xlabel("predicted median (bin)")
     ax.set_ylabel("observed median")
     ax.set_title(f"{label}: reliability (labels: widest-interval coverage)", fontsize=9)
-    return _png(fig)
+    return png(fig)
 
 
 def _pct(x: float) -> str:

@@ -17,7 +17,6 @@ or off-policy weight enters them.
 from __future__ import annotations
 
 import html
-import io
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ from numpy.typing import NDArray
 from sqlalchemy import Engine, func, select
 
 from service.evaluation_report.decoded import read_requests
-from service.evaluation_report.figures import file_name
+from service.evaluation_report.figures import file_name, png
 from service.evaluation_report.sections import ReportSection
 from service.evidence.package import html_table, md_table
 from service.ope.drift import (
@@ -103,9 +102,11 @@ def _chosen(engine: Engine, ids: Sequence[str], policies: Sequence[str]) -> dict
     return out
 
 
-def _summaries(
-    policies_dir: Path, only: Sequence[str]
+def training_summaries(
+    policies_dir: Path, only: Sequence[str], topic: str = "Drift"
 ) -> tuple[dict[str, TrainingReference], list[str]]:
+    """Every policy's loadable training summary (only those in `only`, when given), and a
+    limitation sentence for each refused one, naming the `topic` it is missing from."""
     out: dict[str, TrainingReference] = {}
     refused: list[str] = []
     for path in sorted(policies_dir.glob(f"*/{SUMMARY_FILE}")):
@@ -115,7 +116,7 @@ def _summaries(
         try:
             summary = load_summary(path.parent)
         except PolicyLoadError as exc:
-            refused.append(f"Drift of `{name}` is not reported: {exc.problem}.")
+            refused.append(f"{topic} of `{name}` is not reported: {exc.problem}.")
             continue
         if summary is not None:
             out[name] = summary
@@ -146,12 +147,6 @@ def _accumulate(engine: Engine, ids: list[str], drift: dict[str, _PolicyDrift]) 
         for name, p in drift.items():
             p.closed += p.windows.feed(batch.features, batch.offsets, cats, chosen[name], times)
             p.whole.feed(batch.features, batch.offsets, cats, chosen[name], times)
-
-
-def _png(fig: Figure) -> bytes:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=90)
-    return buffer.getvalue()
 
 
 def _plot(name: str, p: _PolicyDrift) -> bytes:
@@ -191,7 +186,7 @@ def _plot(name: str, p: _PolicyDrift) -> bytes:
     middle.set_ylabel("arrival shift\n(log, vs training)")
     bottom.set_ylabel("out-of-support\ndecision share")
     bottom.set_xlabel("window (journal order)")
-    return _png(fig)
+    return png(fig)
 
 
 def _feature_rows(name: str, w: WindowDrift, s: TrainingReference) -> list[list[str]]:
@@ -214,7 +209,7 @@ def build_drift_section(
     engine: Engine, where: OpeFilter, policies_dir: Path
 ) -> ReportSection | None:
     """The section, or None when no policy in the filter has a training summary."""
-    summaries, refused = _summaries(policies_dir, where.policies)
+    summaries, refused = training_summaries(policies_dir, where.policies)
     if not summaries:
         return None
     ids = _request_ids(engine, where)

@@ -24,14 +24,12 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from sqlalchemy import Engine
 
-from service.evaluation_report.drift_section import _png
-from service.evaluation_report.figures import file_name
+from service.evaluation_report.drift_section import training_summaries
+from service.evaluation_report.figures import file_name, png
 from service.evaluation_report.sections import ReportSection
 from service.evidence.package import html_table, md_table
 from service.ope.outcome_drift import OutcomeRows, OutcomeWindow, check_window, outcome_rows
-from service.policies.errors import PolicyLoadError
 from service.policies.outcome_summary import OutcomeSummary
-from service.policies.training_summary import SUMMARY_FILE, load_summary
 from service.storage.ope_reads import OpeFilter
 from service.storage.outcome_drift_reads import read_placed_outcomes
 
@@ -46,25 +44,6 @@ HEAD = [
     "speed vs training",
     "flagged windows",
 ]
-
-
-def _summaries(
-    policies_dir: Path, only: tuple[str, ...]
-) -> tuple[dict[str, OutcomeSummary], list[str]]:
-    out: dict[str, OutcomeSummary] = {}
-    refused: list[str] = []
-    for path in sorted(policies_dir.glob(f"*/{SUMMARY_FILE}")):
-        name = path.parent.name
-        if only and name not in only:
-            continue
-        try:
-            summary = load_summary(path.parent)
-        except PolicyLoadError as exc:
-            refused.append(f"Outcome drift of `{name}` is not reported: {exc.problem}.")
-            continue
-        if summary is not None and summary.outcome is not None:
-            out[name] = summary.outcome
-    return out, refused
 
 
 def _windows(s: OutcomeSummary, rows: OutcomeRows) -> tuple[int, list[OutcomeWindow]]:
@@ -96,14 +75,15 @@ def _plot(name: str, size: int, windows: list[OutcomeWindow], s: OutcomeSummary)
     ax.set_ylabel("median ln(throughput)\nminus training")
     ax.set_title(f"{name}: outcome drift per hardware class (reported outcomes)", fontsize=10)
     ax.legend(fontsize=7, loc="best")
-    return _png(fig)
+    return png(fig)
 
 
 def build_outcome_drift_section(
     engine: Engine, where: OpeFilter, policies_dir: Path
 ) -> ReportSection | None:
     """The section, or None when no policy in the filter has an outcome reference."""
-    summaries, refused = _summaries(policies_dir, where.policies)
+    loaded, refused = training_summaries(policies_dir, where.policies, "Outcome drift")
+    summaries = {n: s.outcome for n, s in loaded.items() if s.outcome is not None}
     if not summaries:
         return None
     requests, outcomes = read_placed_outcomes(engine, where=where)

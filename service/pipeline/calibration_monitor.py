@@ -95,8 +95,47 @@ def predictor_policies(registry: Registry) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-class CalibrationMonitor:
+class PeriodicMonitor:
+    """A check run at most every `interval_s` over the last `window_s`, from the evaluator
+    loop: `maybe_run` never raises (a failed read is logged and leaves the last values).
+    Subclasses implement `run_once`."""
+
+    check = "periodic check"
+
+    def __init__(
+        self, *, window_s: float, interval_s: float, clock: Callable[[], float] = time.time
+    ) -> None:
+        if window_s <= 0 or interval_s <= 0:
+            raise InvalidInput("window_s", "and `interval_s` must be > 0")
+        self.window_s = window_s
+        self.interval_s = interval_s
+        self._clock = clock
+        self._last_run = -math.inf
+
+    def due(self) -> bool:
+        """Whether `interval_s` has passed since the last run."""
+        return self._clock() - self._last_run >= self.interval_s
+
+    def run_once(self) -> None:
+        """Read the window ending now and publish; `Unavailable` propagates."""
+        raise NotImplementedError
+
+    def maybe_run(self) -> None:
+        """Run if due; any failure is logged and leaves the last values."""
+        if not self.due():
+            return
+        try:
+            self.run_once()
+        except Unavailable as err:
+            log.warning("%s: database unavailable: %s", self.check, err)
+        except Exception:  # the evaluator loop must survive whatever a check throws
+            log.exception("%s failed", self.check)
+
+
+class CalibrationMonitor(PeriodicMonitor):
     """Reads the last window and sets the calibration gauges (module docstring)."""
+
+    check = "calibration check"
 
     def __init__(
         self,
@@ -108,24 +147,15 @@ class CalibrationMonitor:
         interval_s: float,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if window_s <= 0 or interval_s <= 0:
-            raise InvalidInput("window_s", "and `interval_s` must be > 0")
+        super().__init__(window_s=window_s, interval_s=interval_s, clock=clock)
         self.policies = tuple(policies)
         self.source = source
-        self.window_s = window_s
-        self.interval_s = interval_s
         self._m = metrics
-        self._clock = clock
-        self._last_run = -math.inf
         for policy in self.policies:
             for level in LEVELS:
                 metrics.calibration_coverage.labels(policy, level_label(level)).set(math.nan)
             metrics.calibration_flagged.labels(policy).set(0)
             metrics.calibration_outcomes.labels(policy).set(0)
-
-    def due(self) -> bool:
-        """Whether `interval_s` has passed since the last run."""
-        return self._clock() - self._last_run >= self.interval_s
 
     def run_once(self) -> None:
         """Read the window ending now and publish; `Unavailable` propagates."""
@@ -155,17 +185,6 @@ class CalibrationMonitor:
         m.calibration_outcomes.labels(policy).set(len(u))
         if flag.flagged:
             log.warning("calibration of %s flagged: %s", policy, flag.reason)
-
-    def maybe_run(self) -> None:
-        """Run if due; any failure is logged and leaves the last values."""
-        if not self.due():
-            return
-        try:
-            self.run_once()
-        except Unavailable as err:
-            log.warning("calibration check: database unavailable: %s", err)
-        except Exception:  # the evaluator loop must survive whatever a check throws
-            log.exception("calibration check failed")
 
 
 class PeriodicCheck(Protocol):

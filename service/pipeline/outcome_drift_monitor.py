@@ -24,10 +24,10 @@ import math
 import time
 from collections.abc import Callable, Mapping
 
-from service.contract import InvalidInput, MirrorRequest, Outcome
-from service.contract.errors import Unavailable
+from service.contract import MirrorRequest, Outcome
 from service.metrics import ServiceMetrics
 from service.ope.outcome_drift import OutcomeWindow, check_window, outcome_rows
+from service.pipeline.calibration_monitor import PeriodicMonitor
 from service.policies.outcome_summary import OutcomeSummary
 
 log = logging.getLogger(__name__)
@@ -38,8 +38,10 @@ MAX_WINDOW_OUTCOMES = 20_000
 """Most outcomes read per check (the newest); the largest calibrated window is 2,000."""
 
 
-class OutcomeDriftMonitor:
+class OutcomeDriftMonitor(PeriodicMonitor):
     """Reads the last window and sets the outcome-drift gauges (module docstring)."""
+
+    check = "outcome drift check"
 
     def __init__(
         self,
@@ -51,15 +53,10 @@ class OutcomeDriftMonitor:
         interval_s: float,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if window_s <= 0 or interval_s <= 0:
-            raise InvalidInput("window_s", "and `interval_s` must be > 0")
+        super().__init__(window_s=window_s, interval_s=interval_s, clock=clock)
         self.summaries = dict(summaries)
         self.source = source
-        self.window_s = window_s
-        self.interval_s = interval_s
         self._m = metrics
-        self._clock = clock
-        self._last_run = -math.inf
         self.last: dict[str, OutcomeWindow] = {}
         for policy, summary in self.summaries.items():
             metrics.drift_outcome_flagged.labels(policy).set(0)
@@ -71,10 +68,6 @@ class OutcomeDriftMonitor:
     def policies(self) -> tuple[str, ...]:
         """Policies checked."""
         return tuple(self.summaries)
-
-    def due(self) -> bool:
-        """Whether `interval_s` has passed since the last run."""
-        return self._clock() - self._last_run >= self.interval_s
 
     def run_once(self) -> None:
         """Read the window ending now and publish; `Unavailable` propagates."""
@@ -106,14 +99,3 @@ class OutcomeDriftMonitor:
                 w.n_residuals,
                 shifts,
             )
-
-    def maybe_run(self) -> None:
-        """Run if due; any failure is logged and leaves the last values."""
-        if not self.due():
-            return
-        try:
-            self.run_once()
-        except Unavailable as err:
-            log.warning("outcome drift check: database unavailable: %s", err)
-        except Exception:  # the evaluator loop must survive whatever a check throws
-            log.exception("outcome drift check failed")

@@ -20,23 +20,11 @@ from typer.testing import CliRunner
 
 from service.app import Service
 from service.cli_evaluation import evaluation_app
-from service.client import MirrorClient
-from service.contract import MirrorRequest, Outcome
+from service.contract import Outcome
 from service.demo import simulated_runtime
 from service.storage import count_joined_outcomes
 from tests.evaluation.package_check import check_package, check_sections
-
-
-def _send(service: Service, token: str, events: list[MirrorRequest | Outcome]) -> None:
-    from service.wire.convert import mirror_request_to_pb, outcome_to_pb
-
-    with MirrorClient(f"127.0.0.1:{service.grpc_port}", token) as client:
-        for event in events:
-            if isinstance(event, MirrorRequest):
-                assert client.mirror(mirror_request_to_pb(event))
-            else:
-                assert client.report_outcome(outcome_to_pb(event))
-        assert client.flush(60)
+from tests.live_traffic import send_events
 
 
 def _logged(service: Service, outcomes: int, timeout_s: float = 60.0) -> None:
@@ -57,7 +45,7 @@ def test_ope_prints_intervals_and_evidence_writes_a_package_on_a_live_log(
     service = make_service()
     events = simulated_runtime(episodes=4, seed=0)
     outcomes = sum(isinstance(e, Outcome) for e in events)
-    _send(service, runtime_token, events)
+    send_events(service, runtime_token, events)
     _logged(service, outcomes)
 
     runner = CliRunner()

@@ -17,7 +17,7 @@ over HTTP by its owner. Then:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -25,8 +25,7 @@ import pytest
 
 from service.app import Service
 from service.auth import token_digest
-from service.client import MirrorClient
-from service.contract import MirrorRequest, Outcome
+from service.contract import MirrorRequest
 from service.demo import simulated_runtime
 from service.evaluator_wiring import wire_evaluator
 from service.pipeline.candidate_gate import CandidateGate
@@ -35,9 +34,9 @@ from service.policies.registry import load_registry
 from service.settings import Settings
 from service.storage import count_decisions
 from service.storage.evaluation_store import EvaluationStore
-from service.wire.convert import mirror_request_to_pb, outcome_to_pb
 from tests.evaluator.conftest import protocol_doc
 from tests.evaluator.harmful import NAME, VERSION, SlowestThroughput, gated_registry
+from tests.live_traffic import send_events
 
 REPO = Path(__file__).resolve().parents[2]
 PROTOCOL = "slowest-throughput-shadow"
@@ -60,16 +59,6 @@ DOC = protocol_doc(
     minimum_samples=300,
 )
 ADMIN_TOKEN, REVIEWER_TOKEN = "alice-admin-token", "r-tok"
-
-
-def _send(service: Service, token: str, events: Sequence[MirrorRequest | Outcome]) -> None:
-    with MirrorClient(f"127.0.0.1:{service.grpc_port}", token) as client:
-        for event in events:
-            if isinstance(event, MirrorRequest):
-                assert client.mirror(mirror_request_to_pb(event))
-            else:
-                assert client.report_outcome(outcome_to_pb(event))
-        assert client.flush(60)
 
 
 def _drained(service: Service, timeout_s: float = 60.0) -> None:
@@ -131,7 +120,7 @@ def test_a_harmful_candidate_is_stopped_and_stops_being_scored(
     assert started.status_code == 200, started.text
 
     events = simulated_runtime(episodes=12, seed=0)
-    _send(service, runtime_token, events)
+    send_events(service, runtime_token, events)
     reviewer = {"authorization": f"Bearer {REVIEWER_TOKEN}"}
     deadline = time.monotonic() + 60
     while True:
@@ -192,7 +181,7 @@ def test_a_harmful_candidate_is_stopped_and_stops_being_scored(
     more = simulated_runtime(episodes=14, seed=0)[len(events) :]
     more_requests = [e for e in more if isinstance(e, MirrorRequest)]
     assert more_requests
-    _send(service, runtime_token, more_requests)
+    send_events(service, runtime_token, more_requests)
     _drained(service)
     assert count_decisions(service.engine, NAME) == before
     assert count_decisions(service.engine, "least-loaded") == others + len(more_requests)

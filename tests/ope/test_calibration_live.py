@@ -10,7 +10,6 @@ compute from the same log.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,7 +17,6 @@ import numpy as np
 import pytest
 
 from service.app import Service
-from service.client import MirrorClient
 from service.contract import MirrorRequest, Outcome
 from service.demo import simulated_runtime
 from service.evaluation_report.calibration_section import build_calibration_section
@@ -27,26 +25,9 @@ from service.pipeline.calibration_monitor import level_label, predictor_policies
 from service.storage import count_joined_outcomes
 from service.storage.calibration_reads import read_calibration
 from service.storage.ope_reads import OpeFilter
-from service.wire.convert import mirror_request_to_pb, outcome_to_pb
+from tests.live_traffic import send_events, wait_for
 
 POLICIES_DIR = Path(__file__).resolve().parents[2] / "policies"
-
-
-def _send(service: Service, token: str, events: list[MirrorRequest | Outcome]) -> None:
-    with MirrorClient(f"127.0.0.1:{service.grpc_port}", token) as client:
-        for event in events:
-            if isinstance(event, MirrorRequest):
-                assert client.mirror(mirror_request_to_pb(event))
-            else:
-                assert client.report_outcome(outcome_to_pb(event))
-        assert client.flush(60)
-
-
-def _wait(condition: Callable[[], bool], what: str, timeout_s: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.2)
 
 
 def test_monitor_publishes_what_the_log_says(
@@ -73,9 +54,9 @@ def test_monitor_publishes_what_the_log_says(
 
     events = simulated_runtime(episodes=3, seed=0)
     outcomes = sum(isinstance(e, Outcome) for e in events)
-    _send(service, runtime_token, events)
+    send_events(service, runtime_token, events)
     engine = service.engine
-    _wait(
+    wait_for(
         lambda: (
             service.journal.depth_records("scorer") == 0
             and count_joined_outcomes(engine) >= outcomes
@@ -106,7 +87,7 @@ def test_monitor_publishes_what_the_log_says(
             o = sent[str(rid)]
             assert o.completion_time_s is not None and o.queue_delay_s is not None
             assert y == pytest.approx(o.completion_time_s - o.queue_delay_s)
-    _wait(
+    wait_for(
         lambda: all(
             sample("understudy_calibration_outcomes", policy=p) == (rows[p].n if p in rows else 0)
             for p in names

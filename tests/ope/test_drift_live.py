@@ -10,7 +10,6 @@ the stored raw requests in journal order.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,8 +17,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from service.app import Service
-from service.client import MirrorClient
-from service.contract import DEFAULT_FEATURES, MirrorRequest, Outcome
+from service.contract import DEFAULT_FEATURES, MirrorRequest
 from service.demo import simulated_runtime
 from service.evaluation_report.drift_section import build_drift_section
 from service.metrics import ServiceMetrics
@@ -28,28 +26,11 @@ from service.pipeline.scoring import score_requests
 from service.policies.registry import load_registry
 from service.policies.synthetic import random_requests
 from service.storage.ope_reads import OpeFilter
-from service.wire.convert import mirror_request_to_pb, outcome_to_pb
+from tests.live_traffic import send_events, wait_for
 
 POLICIES_DIR = Path(__file__).resolve().parents[2] / "policies"
 WINDOW = 250
 TRAINED = ("gavel-scorer", "iwr-scorer", "lcb-planner")
-
-
-def _send(service: Service, token: str, events: list[MirrorRequest | Outcome]) -> None:
-    with MirrorClient(f"127.0.0.1:{service.grpc_port}", token) as client:
-        for event in events:
-            if isinstance(event, MirrorRequest):
-                assert client.mirror(mirror_request_to_pb(event))
-            else:
-                assert client.report_outcome(outcome_to_pb(event))
-        assert client.flush(60)
-
-
-def _wait(condition: Callable[[], bool], what: str, timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.2)
 
 
 def test_live_drift_windows_match_the_offline_section(
@@ -77,8 +58,8 @@ def test_live_drift_windows_match_the_offline_section(
     events = simulated_runtime(episodes=3, seed=0)
     n_requests = sum(isinstance(e, MirrorRequest) for e in events)
     assert n_requests >= 2 * WINDOW
-    _send(service, runtime_token, events)
-    _wait(lambda: service.journal.depth_records("scorer") == 0, "the scorer did not drain")
+    send_events(service, runtime_token, events)
+    wait_for(lambda: service.journal.depth_records("scorer") == 0, "the scorer did not drain")
 
     def windows(p: str) -> float:
         return sum(
@@ -86,7 +67,7 @@ def test_live_drift_windows_match_the_offline_section(
             for f in ("true", "false")
         )
 
-    _wait(
+    wait_for(
         lambda: all(windows(p) == n_requests // WINDOW for p in TRAINED),
         "not every window closed",
     )

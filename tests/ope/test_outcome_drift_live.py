@@ -12,21 +12,19 @@ not be flagged.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from service.app import Service
-from service.client import MirrorClient
 from service.contract import MirrorRequest, Outcome
 from service.environment import World, load_scenario, log_episode
 from service.evaluation_report.outcome_drift_section import build_outcome_drift_section
 from service.evaluator_wiring import outcome_drift_monitor
 from service.pipeline.calibration_monitor import CalibrationStep
 from service.storage.ope_reads import OpeFilter
-from service.wire.convert import mirror_request_to_pb, outcome_to_pb
+from tests.live_traffic import send_events, wait_drained
 
 POLICIES_DIR = Path(__file__).resolve().parents[2] / "policies"
 
@@ -40,20 +38,6 @@ def _events(scenario: str, seed: int, episodes: int) -> list[MirrorRequest | Out
     for e in range(episodes):
         events += log_episode(world, seed=seed, episode=e, mirror_before=e % 4 == 3).events()
     return events
-
-
-def _send(service: Service, token: str, events: list[MirrorRequest | Outcome]) -> None:
-    with MirrorClient(f"127.0.0.1:{service.grpc_port}", token) as client:
-        for event in events:
-            if isinstance(event, MirrorRequest):
-                assert client.mirror(mirror_request_to_pb(event))
-            else:
-                assert client.report_outcome(outcome_to_pb(event))
-        assert client.flush(60)
-    deadline = time.monotonic() + 120
-    while service.journal.depth_records("scorer") > 0:
-        assert time.monotonic() < deadline, "the scorer did not drain"
-        time.sleep(0.2)
 
 
 @pytest.mark.parametrize(("scenario", "flagged"), [("degraded", True), ("train", False)])
@@ -80,7 +64,8 @@ def test_live_check_finds_the_simulated_slowdown(
             observer = observer.inner
         assert "OutcomeDriftMonitor" in steps
 
-    _send(service, runtime_token, _events(scenario, seed=21, episodes=12))
+    send_events(service, runtime_token, _events(scenario, seed=21, episodes=12))
+    wait_drained(service)
     monitor.run_once()
     for p in WITH_OUTCOMES:
         residuals = sample("understudy_drift_outcome_residuals", policy=p)

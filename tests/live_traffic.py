@@ -1,0 +1,44 @@
+"""Drive a real test service as Runtime does: events through the real gRPC client.
+
+Shared by the live tests (drift, calibration, outcome drift, evidence, the
+evaluator end to end) instead of each keeping its own copy. Not a conftest:
+imported explicitly.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from service.app import Service
+from service.client import MirrorClient
+from service.contract import MirrorRequest, Outcome
+from service.wire.convert import mirror_request_to_pb, outcome_to_pb
+
+
+def send_events(service: Service, token: str, events: Sequence[MirrorRequest | Outcome]) -> None:
+    """Mirror every request and report every outcome, in order; every one acked."""
+    with MirrorClient(f"127.0.0.1:{service.grpc_port}", token) as client:
+        for event in events:
+            if isinstance(event, MirrorRequest):
+                assert client.mirror(mirror_request_to_pb(event))
+            else:
+                assert client.report_outcome(outcome_to_pb(event))
+        assert client.flush(60)
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 120.0) -> None:
+    """Poll `condition` until true; fail naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+def wait_drained(service: Service, timeout_s: float = 120.0) -> None:
+    """Until the scorer has consumed everything journaled."""
+    wait_for(
+        lambda: service.journal.depth_records("scorer") == 0,
+        "the scorer did not drain the journal",
+        timeout_s,
+    )
