@@ -110,6 +110,7 @@ class Server:
         onnx: int = 3,
         baselines: int = 3,
         journal_max_bytes: int = 1 << 30,
+        scorer_mode: str = "thread",
     ) -> None:
         server_cpus, _ = cpu_split()
         self.cpus = sorted(server_cpus)
@@ -120,6 +121,7 @@ class Server:
             args += ["--data-dir", str(data_dir), "--stats", str(self.stats)]
             args += ["--onnx", str(onnx), "--baselines", str(baselines)]
             args += ["--journal-max-bytes", str(journal_max_bytes)]
+            args += ["--scorer-mode", scorer_mode]
         self.child = Child("benchmarks.target", args, server_cpus)
         self.info = self.child.line(300)
         self.pid = self.child.pid
@@ -129,6 +131,8 @@ class Server:
         out = {"server": cpu_seconds(self.pid)}
         if self.info.get("pg_pid"):
             out["postgres"] = cpu_seconds(int(self.info["pg_pid"]), with_children=True)
+        if self.info.get("scorer_pid"):  # process mode: the scorer process, on the same cores
+            out["scorer"] = cpu_seconds(int(self.info["scorer_pid"]))
         return out
 
     def metrics(self) -> dict[str, float]:
@@ -231,6 +235,7 @@ def verify(
     res["scored_per_s"] = (m1["decisions"] - m0["decisions"]) / wall
     res["server_cores"] = (c1["server"] - c0["server"]) / wall
     res["postgres_cores"] = (c1.get("postgres", 0) - c0.get("postgres", 0)) / wall
+    res["scorer_cores"] = (c1.get("scorer", 0) - c0.get("scorer", 0)) / wall
     res["rate"] = rate
     res["ok"] = (
         res["shed"] == 0
@@ -290,13 +295,20 @@ def measure(
     gen: Generator,
     onnx: int = 3,
     baselines: int = 3,
+    scorer_mode: str = "thread",
+    bare: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Every figure of one transport, as a plain dict (rows are built by `run`)."""
-    bare = _bare(gen, transport, plan)
+    """Every figure of one transport, as a plain dict (rows are built by `run`).
+
+    `scorer_mode` "process" scores in a child process of the service
+    (`Settings.scorer_mode`); `bare` reuses the bare servers' figures of an
+    earlier call for the same transport.
+    """
+    bare = bare or _bare(gen, transport, plan)
     medians = {k: statistics.median(r["ack_rate"] for r in v) for k, v in bare.items()}
     best_kind = max(medians, key=lambda k: medians[k])
     home = Path(tempfile.mkdtemp(prefix="us-bench-e2e-"))
-    server = Server("understudy", transport, home, onnx, baselines)
+    server = Server("understudy", transport, home, onnx, baselines, scorer_mode=scorer_mode)
     try:
         gen.run(transport, server.port, "closed", min(1.0, plan.closed_s))
         server.drain(30)
@@ -312,7 +324,9 @@ def measure(
         # interpreter, so together they manage about 1 / (1/ceiling + 1/drain_rate)
         drained = backlog - server.metrics()["lag"]
         drain_rate = drained / waited if drained > 100 and waited > 0.5 else math.inf
-        estimate = 1.0 / (1.0 / ceiling + 1.0 / drain_rate)
+        estimate = 1.0 / (1.0 / ceiling + 1.0 / drain_rate)  # process mode too: the
+        # search steps up from here, and a start at min(ceiling, drain) let the quick
+        # run's lenient backlog check (one second of traffic) pass a scorer at half the rate
         sustained, steps = _search(gen, server, transport, ceiling, estimate, plan)
         lat_rates = [0.5 * sustained, 0.8 * sustained] if sustained else []
         ours_lat = _latency(gen, server, transport, lat_rates, plan)
@@ -328,6 +342,7 @@ def measure(
             best.stop()
     return {
         "transport": transport,
+        "scorer_mode": scorer_mode,
         "policies": server.info.get("policies", []),
         "options": workload.N_OPTIONS,
         "nodes": workload.N_NODES,
@@ -351,6 +366,7 @@ def measure(
 
 def _rows(m: dict[str, Any]) -> list[Row]:
     t = m["transport"]
+    label = t if m.get("scorer_mode", "thread") == "thread" else f"{t} (scorer process)"
     best = m["bare"][m["bare_best"]]
     raw_rates = [r["ack_rate"] for r in best]
     ours = [r["ack_rate"] for r in m["closed"]]
@@ -358,7 +374,7 @@ def _rows(m: dict[str, Any]) -> list[Row]:
     free = statistics.median(ours) < 0.9 * statistics.median(raw_rates)
     rows = [
         Row.paired(
-            f"{t}: ingest ceiling (closed loop, acked/s)",
+            f"{label}: ingest ceiling (closed loop, acked/s)",
             "req/s",
             ours,
             raw_rates[: len(m["closed"])],
@@ -380,14 +396,19 @@ def _rows(m: dict[str, Any]) -> list[Row]:
         target = Target("HTTP mirroring >= 3,000 req/s", 3000.0, on="figure")
     verified = [s for s in m["steps"] if s["ok"]]
     note = (
-        f"server cores {verified[0]['server_cores']:.2f}, PostgreSQL cores "
-        f"{verified[0]['postgres_cores']:.2f}"
+        f"server cores {verified[0]['server_cores']:.2f}, "
+        + (
+            f"scorer process cores {verified[0]['scorer_cores']:.2f}, "
+            if verified[0].get("scorer_cores")
+            else ""
+        )
+        + f"PostgreSQL cores {verified[0]['postgres_cores']:.2f}"
         if verified
         else "no clean step found"
     )
     rows.append(
         Row.paired(
-            f"{t}: sustained, zero shed, scorer keeping up (open loop)",
+            f"{label}: sustained, zero shed, scorer keeping up (open loop)",
             "req/s",
             [m["sustained"]],
             [statistics.median(raw_rates)],
@@ -399,7 +420,7 @@ def _rows(m: dict[str, Any]) -> list[Row]:
     if t == "stream":
         rows.append(
             Row.paired(
-                "stream: sustained vs the 8,000 req/s target",
+                f"{label}: sustained vs the 8,000 req/s target",
                 "req/s",
                 [m["sustained"]],
                 [8000.0],
@@ -414,7 +435,7 @@ def _rows(m: dict[str, Any]) -> list[Row]:
                 tgt = Target("ack p99 at 80% <= 1.5x the bare server's", 1.5, at_least=False)
             rows.append(
                 Row.paired(
-                    f"{t}: ack {q} at {pct}% of sustained",
+                    f"{label}: ack {q} at {pct}% of sustained",
                     "ms",
                     [ours.get(f"{q}_ms", math.nan)],
                     [bare.get(f"{q}_ms", math.nan)],
@@ -429,13 +450,27 @@ def _rows(m: dict[str, Any]) -> list[Row]:
 def run(
     quick: bool = False, transports: tuple[str, ...] = ("stream", "unary", "http")
 ) -> BenchResult:
-    """Measure each transport; one result with every row."""
+    """Measure each transport; one result with every row.
+
+    ``UNDERSTUDY_BENCH_TRANSPORTS=http`` (comma-separated) measures only those
+    transports: for before/after figures of one path.
+    ``UNDERSTUDY_BENCH_SCORER_MODES=thread`` skips the stream's scorer-process
+    variant (default: ``thread,process``, both reported).
+    """
+    chosen = os.environ.get("UNDERSTUDY_BENCH_TRANSPORTS", "")
+    if chosen:
+        transports = tuple(t for t in chosen.split(",") if t in TRANSPORT_OF)
+    modes = os.environ.get("UNDERSTUDY_BENCH_SCORER_MODES", "thread,process").split(",")
     plan = Plan(quick)
     gen = Generator()
     measured = []
     try:
         for t in transports:
             measured.append(measure(t, plan, gen))
+            if t == "stream" and "process" in modes:  # the same stream, scored in a child
+                measured.append(
+                    measure(t, plan, gen, scorer_mode="process", bare=measured[-1]["bare"])
+                )
     finally:
         gen.stop()
     rows = [r for m in measured for r in _rows(m)]

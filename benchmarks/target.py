@@ -1,10 +1,11 @@
 """The servers under test, each in its own process: Understudy, or a bare one that only acks.
 
-``python -m benchmarks.target understudy --data-dir D [--onnx 3 --baselines 3]``
-wires the real service (`build_service`: journal, scorer, decision log in the
-embedded PostgreSQL with raw requests stored, evaluator) with the cut policy
-set, and times every journal append in-process (the service exposes no
-append histogram), written to ``--stats`` at SIGTERM.
+``python -m benchmarks.target understudy --data-dir D [--onnx 3 --baselines 3]
+[--scorer-mode thread|process]`` wires the real service (`build_service`:
+journal, scorer, decision log in the embedded PostgreSQL with raw requests
+stored, evaluator) with the cut policy set, and times every journal append
+in-process (the service exposes no append histogram), written to ``--stats``
+at SIGTERM. In process mode its line also names the scorer process's pid.
 
 ``python -m benchmarks.target bare-sync|bare-aio --transport grpc|http``
 serves the same method paths but does nothing except ack: the raw limit of
@@ -200,9 +201,13 @@ def bare_sync_http() -> None:
 
 
 def understudy(args: argparse.Namespace) -> None:
+    from functools import partial
+
     from benchmarks.policyset import policy_set
     from service.app import build_service
     from service.auth import token_digest
+    from service.pipeline.scorer import ScorerLoop
+    from service.pipeline.scorer_process import ProcessScorer
     from service.settings import Settings
 
     settings = Settings(
@@ -212,8 +217,14 @@ def understudy(args: argparse.Namespace) -> None:
         http_port=0,
         journal_max_bytes=args.journal_max_bytes,
         auth_tokens={token_digest(TOKEN): "runtime", token_digest(ADMIN_TOKEN): "admin"},
+        scorer_mode=args.scorer_mode,
     )
-    service = build_service(settings, policies=policy_set(args.onnx, args.baselines))
+    service = build_service(
+        settings,
+        policies=policy_set(args.onnx, args.baselines),
+        # process mode: the scorer process cuts the same set itself (ONNX sessions do not pickle)
+        policy_factory=partial(policy_set, args.onnx, args.baselines),
+    )
     timer = AppendTimer()
     append = service.journal.append
 
@@ -229,10 +240,13 @@ def understudy(args: argparse.Namespace) -> None:
     service.wait_started()
     pg = settings.data_dir / "postgres" / "postmaster.pid"
     pg_pid = int(pg.read_text().split()[0]) if pg.exists() else None
+    scorer = service.scorer
+    handler = scorer.handler if isinstance(scorer, ScorerLoop) else None
     _announce(
         grpc_port=service.grpc_port,
         http_port=service.http_port,
         pg_pid=pg_pid,
+        scorer_pid=handler.child_pid if isinstance(handler, ProcessScorer) else None,
         policies=sorted(service.policies.policies) if service.policies else [],
     )
     stopper = threading.Event()
@@ -255,6 +269,7 @@ def main() -> None:
     parser.add_argument("--baselines", type=int, default=3)
     parser.add_argument("--journal-max-bytes", type=int, default=1 << 30)
     parser.add_argument("--stats", default="")
+    parser.add_argument("--scorer-mode", choices=["thread", "process"], default="thread")
     args = parser.parse_args()
     if args.kind == "understudy":
         understudy(args)

@@ -7,12 +7,16 @@ their own database) and get the same wiring as production.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import logging
+import pickle
 import signal
 import sys
 import threading
+from collections.abc import Callable
+from functools import partial
 
 from prometheus_client import CollectorRegistry
 
@@ -21,19 +25,25 @@ from service.contract import DEFAULT_FEATURES, RequestLimits
 from service.decision_log import DecisionLogSink
 from service.evaluator_wiring import candidate_gate, wire_evaluator
 from service.metrics import ServiceMetrics
-from service.pipeline.dead_letter import DeadLetterBox
 from service.pipeline.drift_monitor import DriftMonitor
 from service.pipeline.evaluator import EvaluatorConfig
 from service.pipeline.ingest import Ingest
 from service.pipeline.journal import FsyncMode, IngestJournal, JournalConfig
-from service.pipeline.quarantine import Quarantine
-from service.pipeline.scorer import Scorer, ScorerConfig
+from service.pipeline.scorer import Scorer, ScorerLoop
 from service.pipeline.scorer_metrics import ScorerMetrics
+from service.pipeline.scorer_process import ProcessScorer
 from service.pipeline.sealer import SealerLoop, SealMetrics
 from service.policies.registry import Registry, load_registry
 from service.protocols import ProtocolDesk, policy_refs
 from service.readiness import Readiness
 from service.runtime import Service, bind_socket
+from service.scorer_wiring import (
+    ScorerChildSpec,
+    dead_letter_box,
+    loaded,
+    make_quarantine,
+    scorer_config,
+)
 from service.settings import Settings
 from service.storage import (
     DecisionLogWriter,
@@ -60,16 +70,16 @@ __all__ = ["Service", "build_service", "serve"]
 
 
 def _journal(settings: Settings) -> IngestJournal:
-    return IngestJournal(
-        JournalConfig(
-            directory=settings.resolved_journal_dir,
-            segment_bytes=settings.journal_segment_bytes,
-            max_bytes=settings.journal_max_bytes,
-            fsync_mode=FsyncMode(settings.journal_fsync),
-            fsync_interval_s=settings.journal_fsync_interval_s,
-        ),
-        consumers=JOURNAL_CONSUMERS,
+    config = JournalConfig(
+        directory=settings.resolved_journal_dir,
+        segment_bytes=settings.journal_segment_bytes,
+        max_bytes=settings.journal_max_bytes,
+        fsync_mode=FsyncMode(settings.journal_fsync),
+        fsync_interval_s=settings.journal_fsync_interval_s,
     )
+    if settings.scorer_mode == "process":  # ingest's decoded objects help only a local scorer
+        config = dataclasses.replace(config, decoded_cache_records=0)
+    return IngestJournal(config, consumers=JOURNAL_CONSUMERS)
 
 
 def _tls(settings: Settings) -> tuple[bytes, bytes] | None:
@@ -78,9 +88,8 @@ def _tls(settings: Settings) -> tuple[bytes, bytes] | None:
     return settings.tls_key_file.read_bytes(), settings.tls_cert_file.read_bytes()
 
 
-def _policy_check(registry: Registry, quarantine: Quarantine) -> tuple[bool, str]:
+def _policy_check(registry: Registry, held: dict[str, str]) -> tuple[bool, str]:
     refused = ", ".join(f"{name} ({err.problem})" for name, err in registry.refused.items())
-    held = quarantine.quarantined()
     loaded = ", ".join(sorted(set(registry.policies) - set(held)))
     detail = f"scoring {loaded or 'nothing'}" + (f"; refused: {refused}" if refused else "")
     if held:
@@ -92,8 +101,15 @@ def build_service(
     settings: Settings,
     registry: CollectorRegistry | None = None,
     policies: Registry | None = None,
+    policy_factory: Callable[[], Registry] | None = None,
 ) -> Service:
-    """Wire the service from settings; nothing is started (the database is migrated)."""
+    """Wire the service from settings; nothing is started (the database is migrated).
+
+    `policies` is the registry to score (default: loaded from `settings.policies_dir`).
+    In process mode the scorer process builds its own: with `policy_factory` (a
+    picklable callable) when given, else from the given registry if it pickles, else
+    from the directory.
+    """
     metrics = ServiceMetrics(registry or CollectorRegistry())
     journal = _journal(settings)
     metrics.watch_journal(
@@ -110,7 +126,7 @@ def build_service(
     )
     service = Service(settings=settings, metrics=metrics, journal=journal, readiness=readiness)
     if settings.scoring_enabled:
-        _wire_scoring(service, policies)
+        _wire_scoring(service, policies, policy_factory)
     ingest = Ingest(
         journal,
         metrics,
@@ -161,43 +177,70 @@ def _protocol_desk(service: Service) -> ProtocolDesk:
     )
 
 
-def _wire_scoring(service: Service, policies: Registry | None) -> None:
+def _policy_source(
+    settings: Settings, given: Registry | None, factory: Callable[[], Registry] | None
+) -> Callable[[], Registry]:
+    """How the scorer process gets its policies: the factory, the given registry, or the dir."""
+    if factory is not None:
+        return factory
+    if given is None:
+        return partial(load_registry, settings.policies_dir.resolve())
+    try:
+        pickle.dumps(given)
+    except Exception as exc:
+        raise ValueError(
+            "`scorer_mode` process: the policy registry given to build_service cannot be "
+            f"sent to the scorer process ({type(exc).__name__}: {exc}); pass `policy_factory`"
+        ) from exc
+    return partial(loaded, given)
+
+
+def _wire_scoring(
+    service: Service, policies: Registry | None, policy_factory: Callable[[], Registry] | None
+) -> None:
     """Database, migrations, policy registry, decision-log sink and the scorer."""
     settings = service.settings
     url, service.embedded_db = open_database(settings.database_url, settings.data_dir)
     upgrade(url)
     engine = make_engine(url)
     service.engine = engine
+    if policies is None and policy_factory is not None:
+        policies = policy_factory()  # the same set the scorer process builds
     registry = policies or load_registry(settings.policies_dir)
     service.policies = registry
-    sink = DecisionLogSink(DecisionLogWriter(engine), registry.manifests)
-    observer = ScorerMetrics(service.metrics)
-    default_budget = settings.policy_time_budget_ms / 1e3
-    budgets = {name: default_budget for name in registry.policies} | registry.time_budgets_s
-    quarantine = Quarantine(
-        threshold=settings.quarantine_failures,
-        window_s=settings.quarantine_window_s,
-        cooldown_s=settings.quarantine_cooldown_s,
-    )
-    quarantine.subscribe(observer.on_quarantine)
-    quarantine.subscribe(lambda e: log.warning("policy %s %s: %s", e.policy, e.event, e.reason))
     gate = candidate_gate(service)  # a candidate the evaluator stopped is not scored
-    scorer = Scorer(
-        service.journal,
-        gate.active(lambda: list(registry.policies.values())),
-        sink,
-        observer,
-        DEFAULT_FEATURES,
-        ScorerConfig(max_batch=settings.scorer_max_batch, budgets_s=budgets),
-        quarantine,
-        DeadLetterBox(settings.data_dir / "dead-letter"),
-    )
-    service.scorer = scorer
-    if registry.training_summaries:  # docs/drift.md
-        drift = DriftMonitor(
-            registry.training_summaries, settings.drift_window_requests, service.metrics
+    held: Callable[[], dict[str, str]]
+    if settings.scorer_mode == "process":  # docs/capacity.md, "The scorer process"
+        spec = ScorerChildSpec(settings, url, _policy_source(settings, policies, policy_factory))
+        handler = ProcessScorer(
+            spec,
+            service.metrics,
+            halted=gate.halted,
+            cooldown_s=settings.quarantine_cooldown_s,
         )
-        scorer.on_scored = drift.observe
+        scorer: ScorerLoop = ScorerLoop(service.journal, handler, scorer_config(settings, registry))
+        held = handler.quarantine.quarantined
+        service.readiness.register("scorer_process", handler.health)
+    else:
+        observer = ScorerMetrics(service.metrics)
+        quarantine = make_quarantine(settings, observer)
+        thread_scorer = Scorer(
+            service.journal,
+            gate.active(lambda: list(registry.policies.values())),
+            DecisionLogSink(DecisionLogWriter(engine), registry.manifests),
+            observer,
+            DEFAULT_FEATURES,
+            scorer_config(settings, registry),
+            quarantine,
+            dead_letter_box(settings),
+        )
+        if registry.training_summaries:  # docs/drift.md
+            drift = DriftMonitor(
+                registry.training_summaries, settings.drift_window_requests, service.metrics
+            )
+            thread_scorer.on_scored = drift.observe
+        scorer, held = thread_scorer, quarantine.quarantined
+    service.scorer = scorer
     if settings.chain_seal_interval_s > 0:  # docs/tamper_evidence.md
         key_file, anchor_file = settings.resolved_chain_files
         sealer = ChainSealer(
@@ -211,7 +254,7 @@ def _wire_scoring(service: Service, policies: Registry | None) -> None:
         "decision_log",
         lambda: (scorer.sink_healthy, scorer.sink_error or "writes succeeding"),
     )
-    service.readiness.register("policies", lambda: _policy_check(registry, quarantine))
+    service.readiness.register("policies", lambda: _policy_check(registry, held()))
     if settings.evaluator_enabled:
         service.evaluator = wire_evaluator(
             service,
@@ -241,9 +284,9 @@ def tune_garbage_collector() -> None:
 def serve(settings: Settings) -> None:
     """Run until SIGINT/SIGTERM; print one JSON line with the bound ports when ready."""
     service = build_service(settings)
+    tune_garbage_collector()  # before start: a scorer process copies the thresholds
     service.start()
     service.wait_started()
-    tune_garbage_collector()
     print(
         json.dumps(
             {

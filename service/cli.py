@@ -24,14 +24,19 @@ console = Console()
 
 
 @app.command()
-def serve(log_level: str = typer.Option("INFO", help="Python logging level.")) -> None:
+def serve(
+    log_level: str = typer.Option("INFO", help="Python logging level."),
+    scorer_process: bool = typer.Option(
+        False, "--scorer-process", help="Score in a child process (UNDERSTUDY_SCORER_MODE)."
+    ),
+) -> None:
     """Run the service (gRPC + HTTP) with settings from UNDERSTUDY_* variables."""
     from service.app import serve as run
 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    run(Settings())
+    run(Settings(scorer_mode="process") if scorer_process else Settings())
 
 
 @app.command("token-hash")

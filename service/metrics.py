@@ -317,6 +317,12 @@ class ServiceMetrics:
             ["policy"],
             registry=registry,
         )
+        self.scorer_process_restarts = Counter(
+            "understudy_scorer_process_restarts",
+            "Scorer processes restarted after the previous one died (scorer_mode=process); "
+            "the batch in flight is resent, nothing acked is lost.",
+            registry=registry,
+        )
         self.drift_outcome_flagged = Gauge(
             "understudy_drift_outcome_flagged",
             "1 if the outcomes received in the last window ran faster or slower than in the "

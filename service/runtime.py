@@ -1,8 +1,10 @@
 """The running service: its parts, and how they start and stop in order.
 
 Start: gRPC and HTTP accept (ingest only needs the journal), then the scorer
-consumes. Stop: stop accepting, let the scorer drain what was journaled into
-the decision log (bounded), close the journal (fsync), release the database.
+consumes (on a thread, or feeding a scorer process: `Settings.scorer_mode`).
+Stop: stop accepting, let the scorer drain what was journaled into the
+decision log (bounded; in process mode the child is then stopped and joined),
+close the journal (fsync), release the database.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from sqlalchemy import Engine
 from service.metrics import ServiceMetrics
 from service.pipeline.evaluator import Evaluator
 from service.pipeline.journal import IngestJournal
-from service.pipeline.scorer import Scorer
+from service.pipeline.scorer import ScorerLoop
 from service.pipeline.sealer import SealerLoop
 from service.policies.registry import Registry
 from service.readiness import Readiness
@@ -60,7 +62,7 @@ class Service:
     engine: Engine | None = None
     embedded_db: Any = None
     policies: Registry | None = None
-    scorer: Scorer | None = None
+    scorer: ScorerLoop | None = None
     evaluator: Evaluator | None = None
     sealer: SealerLoop | None = None
     _http_server: uvicorn.Server | None = field(default=None, repr=False)

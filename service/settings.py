@@ -87,6 +87,11 @@ class Settings(BaseSettings):
     scorer_max_batch: int = Field(default=256, ge=1, le=10_000)
     """Most journal records one scoring micro-batch takes; batches are smaller when idle."""
 
+    scorer_mode: Literal["thread", "process"] = "thread"
+    """Where batches are scored and logged: `thread` (in the ingest process) or `process`
+    (a child process fed from the journal, so ingest and scoring each get a core;
+    docs/capacity.md). `understudy serve --scorer-process` sets `process`."""
+
     drift_window_requests: int = Field(default=4000, ge=250)
     """Scored requests per drift window (docs/drift.md): every this many requests each
     policy with a training summary closes a window, compared with its training data. The

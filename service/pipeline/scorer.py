@@ -7,6 +7,11 @@ load. The journal checkpoint advances only after the sink (the decision log)
 has committed the batch; a sink outage is retried with backoff while the
 journal absorbs traffic, and a crash replays from the last checkpoint (the
 log's writes are idempotent, so replays never duplicate).
+
+The per-batch work (decode, score, write until committed) is `BatchScorer`;
+`ScorerLoop` feeds it journal batches and commits the checkpoint. `Scorer` is
+the two in one process (thread mode, the default); in process mode the loop
+hands batches to a child process instead (`service.pipeline.scorer_process`).
 """
 
 from __future__ import annotations
@@ -15,142 +20,59 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
 
 from google.protobuf.message import DecodeError
 
-from service.contract import FeatureFunction, InvalidInput, MirrorRequest, Outcome
+from service.contract import FeatureFunction, InvalidInput, MirrorRequest
 from service.contract.errors import Unavailable
 from service.pipeline.dead_letter import DeadLetter, DeadLetterBox
 from service.pipeline.journal import IngestJournal
-from service.pipeline.journal_format import JournalRecord, RecordKind
+from service.pipeline.journal_format import JournalRecord
 from service.pipeline.quarantine import Quarantine
+from service.pipeline.scorer_types import (
+    BatchHandler,
+    DecisionSink,
+    LoggedOutcome,
+    LoggedRequest,
+    ScoredBatch,
+    ScorerConfig,
+    ScorerObserver,
+    SinkResult,
+    StopSignal,
+    decode,
+)
 from service.pipeline.scoring import REFERENCE_BATCH, ScoredDecision, score_requests
 from service.policies.base import DecisionStatus, Policy, ScoringBatch
 from service.policies.runner import PolicyRun
-from service.wire.convert import mirror_request_from_pb, outcome_from_pb
-from service.wire.understudy.v1 import contract_pb2
+
+__all__ = [
+    "BatchHandler",
+    "BatchScorer",
+    "DecisionSink",
+    "LoggedOutcome",
+    "LoggedRequest",
+    "ScoredBatch",
+    "Scorer",
+    "ScorerConfig",
+    "ScorerLoop",
+    "ScorerObserver",
+    "SinkResult",
+    "StopSignal",
+    "decode",
+]
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, eq=False)
-class LoggedRequest:
-    """An accepted request as the log stores it: raw payload kept for replay."""
+class BatchScorer:
+    """One batch at a time: decode, score with every active policy, write until committed.
 
-    seq: int
-    request: MirrorRequest
-    payload: bytes
-    received_at: float
-
-
-@dataclass(frozen=True, eq=False)
-class LoggedOutcome:
-    """An accepted outcome report."""
-
-    seq: int
-    outcome: Outcome
-    received_at: float
-    payload: bytes = b""
-
-
-@dataclass(frozen=True, eq=False)
-class ScoredBatch:
-    """Everything one scorer step hands to the decision log, in one transaction."""
-
-    requests: list[LoggedRequest]
-    outcomes: list[LoggedOutcome]
-    decisions: list[ScoredDecision]
-    policies: list[Policy]
-    feature_version: str
-    feature_hash: str
-    last_seq: int
-
-
-@dataclass(frozen=True)
-class SinkResult:
-    """What the sink inserted, and what it found already there (replays)."""
-
-    requests_inserted: int = 0
-    decisions_inserted: int = 0
-    outcomes_joined: int = 0
-    outcomes_parked: int = 0
-    outcomes_joined_from_parked: int = 0
-    duplicates: int = 0
-    outcome_delays_s: tuple[float, ...] = ()
-
-
-class DecisionSink(Protocol):
-    """Where scored batches go; the storage layer implements it."""
-
-    def write(self, batch: ScoredBatch) -> SinkResult:
-        """Commit `batch` atomically; raise `Unavailable` when the store is down."""
-        ...
-
-
-class ScorerObserver(Protocol):
-    """Metrics hooks; `ServiceMetrics` implements them."""
-
-    def on_batch(
-        self, size: int, runs: Sequence[PolicyRun], decisions: Sequence[ScoredDecision]
-    ) -> None:
-        """A batch was scored."""
-        ...
-
-    def on_write(self, seconds: float, result: SinkResult | None, error: str | None) -> None:
-        """A write attempt finished (result None on failure)."""
-        ...
-
-    def on_dead_letter(self, kind: str) -> None:
-        """A record was refused alone and set aside."""
-        ...
-
-
-@dataclass
-class ScorerConfig:
-    """Tuning knobs of the scorer loop."""
-
-    max_batch: int = 256
-    idle_wait_s: float = 0.2
-    min_batch: int = 64
-    """Below this many waiting records the loop lingers (up to `linger_s`) for more: a
-    16-request batch costs the scorer ~1.5x per request what a 64-request one does, a
-    single request ~4x, so lone records are not scored the moment they arrive."""
-    linger_s: float = 0.02
-    """Longest wait for a batch to fill; decisions are logged at most this much later.
-    The ack never waits for the scorer, so this delays only the decision log."""
-    retry_initial_s: float = 0.1
-    retry_max_s: float = 5.0
-    poison_attempts: int = 3
-    timeout_strike_factor: float = 3.0
-    """A timed-out batch counts towards quarantine only beyond this multiple of its
-    budget: wall time in a threaded Python process jitters (GIL, preemption), and a
-    2x spike is a flagged `timeout`, not a broken policy; a 10x one is."""
-    budgets_s: dict[str, float] = field(default_factory=dict)
-
-
-def decode(record: JournalRecord) -> MirrorRequest | Outcome:
-    """The contract object of a journal record (validated at ingest already).
-
-    Ingest's own decoding of the payload is reused when the journal still holds
-    it (`JournalRecord.decoded`); otherwise the bytes are decoded here.
+    Knows no journal, so the same code runs on the scorer thread and in the
+    scorer process (`service.pipeline.scorer_process`).
     """
-    if record.kind == RecordKind.MIRROR:
-        if isinstance(record.decoded, MirrorRequest):
-            return record.decoded
-        return mirror_request_from_pb(contract_pb2.MirrorRequest.FromString(record.payload))
-    return outcome_from_pb(contract_pb2.Outcome.FromString(record.payload))
-
-
-class Scorer:
-    """Consumes the journal on a background thread."""
-
-    CONSUMER = "scorer"
 
     def __init__(
         self,
-        journal: IngestJournal,
         active_policies: Callable[[], Sequence[Policy]],
         sink: DecisionSink,
         observer: ScorerObserver,
@@ -158,26 +80,35 @@ class Scorer:
         config: ScorerConfig | None = None,
         quarantine: Quarantine | None = None,
         dead_letters: DeadLetterBox | None = None,
+        stop: StopSignal | None = None,
     ) -> None:
         self.dead_letters = dead_letters
         self.quarantine = quarantine or Quarantine()
-        self._journal = journal
         self._policies = active_policies
         self._sink = sink
         self._observer = observer
         self.on_scored: Callable[[ScoringBatch, list[ScoredDecision]], None] | None = None
         self._features = features
         self._config = config or ScorerConfig()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._stop: StopSignal = stop if stop is not None else threading.Event()
         self.sink_healthy = True
         self.sink_error: str | None = None
 
-    def step(self) -> int:
-        """Score and log one batch; returns the number of journal records consumed."""
-        records = self._journal.read(self.CONSUMER, self._config.max_batch)
-        if not records:
-            return 0
+    def open(self) -> None:
+        """Nothing to start in this process."""
+
+    def idle(self) -> None:
+        """Nothing to look after between batches."""
+
+    def interrupt(self) -> None:
+        """End a write retry at its next wait."""
+        self._stop.set()
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def score_and_write(self, records: Sequence[JournalRecord]) -> bool:
+        """Score and log `records` in one transaction; False when stopped before the commit."""
         requests: list[LoggedRequest] = []
         outcomes: list[LoggedOutcome] = []
         for record in records:
@@ -212,10 +143,7 @@ class Scorer:
             feature_hash=self._features.definition_hash,
             last_seq=records[-1].seq,
         )
-        if not self._write_until_committed(batch):
-            return 0
-        self._journal.commit(self.CONSUMER, batch.last_seq)
-        return len(records)
+        return self._write_until_committed(batch)
 
     def _strike(self, run: PolicyRun, scale: float) -> str | None:
         """The failure that counts towards quarantine, if any (see `timeout_strike_factor`)."""
@@ -314,12 +242,52 @@ class Scorer:
             reason,
         )
 
+
+class ScorerLoop:
+    """Consumes the journal on a background thread, handing batches to a `BatchHandler`.
+
+    The checkpoint moves only after the handler says the batch is committed.
+    """
+
+    CONSUMER = "scorer"
+
+    def __init__(self, journal: IngestJournal, handler: BatchHandler, config: ScorerConfig) -> None:
+        self._journal = journal
+        self._handler = handler
+        self._config = config
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def handler(self) -> BatchHandler:
+        """What scores the batches (this process's `BatchScorer`, or a scorer process)."""
+        return self._handler
+
+    @property
+    def sink_healthy(self) -> bool:
+        """False while the decision log is unavailable."""
+        return self._handler.sink_healthy
+
+    @property
+    def sink_error(self) -> str | None:
+        """The decision log's last error, None while writes succeed."""
+        return self._handler.sink_error
+
+    def step(self) -> int:
+        """Score and log one batch; returns the number of journal records consumed."""
+        records = self._journal.read(self.CONSUMER, self._config.max_batch)
+        if not records or not self._handler.score_and_write(records):
+            return 0
+        self._journal.commit(self.CONSUMER, records[-1].seq)
+        return len(records)
+
     def run(self) -> None:
         """Loop until stopped: wait for records, let a batch fill (briefly), step."""
         lingered = False
         while not self._stop.is_set():
             depth = self._journal.depth_records(self.CONSUMER)
             if depth == 0:
+                self._handler.idle()
                 self._journal.wait_for_records(self.CONSUMER, self._config.idle_wait_s)
                 continue
             if depth < self._config.min_batch and not lingered and self._config.linger_s > 0:
@@ -334,7 +302,8 @@ class Scorer:
                 self._stop.wait(self._config.retry_initial_s)
 
     def start(self) -> None:
-        """Start the background thread."""
+        """Open the handler, start the background thread."""
+        self._handler.open()
         self._thread = threading.Thread(target=self.run, name="scorer", daemon=True)
         self._thread.start()
 
@@ -348,5 +317,47 @@ class Scorer:
         ):
             time.sleep(0.02)
         self._stop.set()
+        self._handler.interrupt()
         if self._thread is not None:
             self._thread.join(drain_timeout_s + 5)
+        self._handler.close()
+
+
+class Scorer(ScorerLoop):
+    """Thread mode: the journal loop and a `BatchScorer` in this process (the default)."""
+
+    def __init__(
+        self,
+        journal: IngestJournal,
+        active_policies: Callable[[], Sequence[Policy]],
+        sink: DecisionSink,
+        observer: ScorerObserver,
+        features: FeatureFunction,
+        config: ScorerConfig | None = None,
+        quarantine: Quarantine | None = None,
+        dead_letters: DeadLetterBox | None = None,
+    ) -> None:
+        config = config or ScorerConfig()
+        self.batches = BatchScorer(
+            active_policies, sink, observer, features, config, quarantine, dead_letters
+        )
+        super().__init__(journal, self.batches, config)
+
+    @property
+    def quarantine(self) -> Quarantine:
+        """Which policies are held back after repeated failures."""
+        return self.batches.quarantine
+
+    @property
+    def dead_letters(self) -> DeadLetterBox | None:
+        """Where records the log refuses alone are set aside."""
+        return self.batches.dead_letters
+
+    @property
+    def on_scored(self) -> Callable[[ScoringBatch, list[ScoredDecision]], None] | None:
+        """Called with every scored batch (the drift monitor)."""
+        return self.batches.on_scored
+
+    @on_scored.setter
+    def on_scored(self, hook: Callable[[ScoringBatch, list[ScoredDecision]], None] | None) -> None:
+        self.batches.on_scored = hook
