@@ -7,6 +7,7 @@ options, never per node in Python.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,11 +20,18 @@ from service.contract.errors import InvalidInput
 from service.contract.hardware import HardwareClass
 
 _Scalar = TypeVar("_Scalar", bound=np.generic)
+_INT32_MAX = int(np.iinfo(np.int32).max)
 
 
 def frozen_array(values: object, dtype: type[_Scalar]) -> NDArray[_Scalar]:
-    """A read-only 1-D copy of `values`, so frozen dataclasses stay frozen."""
-    array: NDArray[_Scalar] = np.array(values, dtype=dtype, copy=True).reshape(-1)
+    """A read-only 1-D copy of `values`, so frozen dataclasses stay frozen.
+
+    Called a dozen times per decoded request: one conversion, and a reshape only
+    when the input is not already 1-D.
+    """
+    array: NDArray[_Scalar] = np.array(values, dtype=dtype, copy=True)
+    if array.ndim != 1:
+        array = array.reshape(-1)
     array.flags.writeable = False
     return array
 
@@ -79,6 +87,12 @@ class ClusterState:
         return self.hardware[int(self.node_hardware[node])]
 
 
+@functools.lru_cache(maxsize=16)
+def _one_each(n_nodes: int) -> list[int]:
+    """Label offsets ``[0, 1, ..., n_nodes]`` (one label per node); never mutated."""
+    return list(range(n_nodes + 1))
+
+
 def labels_from_csr(
     offsets: Sequence[int], labels: Sequence[str], n_nodes: int
 ) -> tuple[frozenset[str], ...]:
@@ -90,6 +104,11 @@ def labels_from_csr(
         return (empty,) * n_nodes
     # Plain lists first: slicing and indexing a protobuf repeated field costs far more.
     bounds, values = list(offsets), list(labels)
+    if len(values) == n_nodes and bounds == _one_each(n_nodes):
+        # The common shape, every node exactly one label: no per-node loop, one
+        # frozenset per distinct label (what the general path below builds too).
+        alone = {value: frozenset((value,)) for value in set(values)}
+        return tuple(map(alone.__getitem__, values))
     if len(bounds) != n_nodes + 1 or bounds[0] != 0 or bounds[-1] != len(values):
         raise InvalidInput(
             "state.label_offsets",
@@ -114,9 +133,11 @@ def labels_from_csr(
 
 def node_hardware_array(values: Sequence[int], n_hardware: int) -> NDArray[np.int32]:
     """`state.node_hardware` as int32; an index too large for it is refused, not wrapped."""
-    wide = np.asarray(values, dtype=np.int64).reshape(-1)
-    if len(wide) and wide.max() > np.iinfo(np.int32).max:
-        bad = np.flatnonzero(wide > np.iinfo(np.int32).max)
+    wide = np.asarray(values, dtype=np.int64)
+    if wide.ndim != 1:
+        wide = wide.reshape(-1)
+    if len(wide) and np.maximum.reduce(wide) > _INT32_MAX:
+        bad = np.flatnonzero(wide > _INT32_MAX)
         raise InvalidInput(
             f"state.node_hardware[{bad[0]}]",
             f"must index state.hardware (< {n_hardware}), got {wide[bad[0]]}",

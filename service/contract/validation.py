@@ -19,6 +19,7 @@ from service.contract.actions import DEFER
 from service.contract.errors import InvalidInput, UnsupportedSchemaVersion
 from service.contract.outcome import Outcome
 from service.contract.request import SUPPORTED_SCHEMA_VERSIONS, MirrorRequest, ProductionDecision
+from service.contract.state import ClusterState
 
 MAX_UNIX_SECONDS = 253_402_300_799.0
 """9999-12-31T23:59:59Z: the latest instant every timestamp type downstream can hold
@@ -42,9 +43,22 @@ class RequestLimits:
     max_id_length: int = 256
 
 
+_DEFAULT_LIMITS = RequestLimits()
+
+
 def _first_bad(mask: NDArray[np.bool_]) -> int | None:
     bad = np.flatnonzero(mask)
     return int(bad[0]) if len(bad) else None
+
+
+# Checks on the hot path first ask one cheap question of a whole array (its minimum
+# or maximum: one reduction, no temporary mask) and build the mask that finds the
+# first offending index only when that answer says there is one. The two agree
+# (NaN propagates through both reductions), so the same requests are refused with
+# the same field and message; clean ones, nearly all, skip the masks and searches.
+_lowest = np.minimum.reduce
+_highest = np.maximum.reduce
+_any = np.logical_or.reduce
 
 
 def _check_text(field: str, value: str) -> None:
@@ -117,21 +131,68 @@ def validate_state(request: MirrorRequest, limits: RequestLimits) -> None:
         raise InvalidInput("state.node_ids", "must list at least one node")
     if n > limits.max_nodes:
         raise InvalidInput("state.node_ids", f"must list at most {limits.max_nodes} nodes, got {n}")
-    if len(set(s.node_ids)) != n:
+    distinct = set(s.node_ids)
+    if len(distinct) != n:
         seen: set[str] = set()
         for i, node_id in enumerate(s.node_ids):
             if node_id in seen:
                 raise InvalidInput(f"state.node_ids[{i}]", f"duplicates node id {node_id!r}")
             seen.add(node_id)
-    for i, node_id in enumerate(s.node_ids):
-        if not node_id:
-            raise InvalidInput(f"state.node_ids[{i}]", "must be a non-empty string")
+    if "" in distinct:
+        i = s.node_ids.index("")
+        raise InvalidInput(f"state.node_ids[{i}]", "must be a non-empty string")
     if not s.hardware:
         raise InvalidInput("state.hardware", "must describe at least one hardware class")
     for i, hw in enumerate(s.hardware):
         hw.validate(f"state.hardware[{i}]")
         for name in _HARDWARE_QUANTITIES:
             _check_quantity(f"state.hardware[{i}].{name}", getattr(hw, name))
+    if not _columns_clean(s, n):
+        _check_columns(s, n)
+
+
+def _columns_clean(s: ClusterState, n: int) -> bool:
+    """Whether every per-node column rule of `_check_columns` holds, asked all at once.
+
+    One concatenation per dtype and a few reductions instead of a mask and a
+    search per rule and column: what nearly every request costs. False means
+    "look closer", and `_check_columns` then finds the first offender in its
+    fixed order, so refusals name the same field with the same message either way.
+    NaN fails every comparison here, so it is never taken for clean.
+    """
+    columns = (
+        s.node_hardware,
+        s.accelerators_free,
+        s.accelerators_total,
+        s.queue_length,
+        s.cpu_free,
+        s.memory_free_gb,
+        s.cpu_total,
+        s.memory_total_gb,
+        s.utilisation,
+    )
+    others = (s.healthy, s.draining, s.zone, s.locality, s.labels)
+    if any(len(c) != n for c in columns) or any(len(c) != n for c in others):
+        return False
+    ints = np.concatenate(columns[:4]).reshape(4, n)  # >= 0; node_hardware < len(hardware)
+    if ints.dtype.kind not in "iu":  # the integer rules skip the finiteness check
+        return False
+    if not (_lowest(ints, axis=None) >= 0 and _highest(ints[0]) < len(s.hardware)):
+        return False
+    floats = np.concatenate(columns[4:]).reshape(5, n)  # finite, >= 0; utilisation <= 1
+    if not _lowest(floats, axis=None) >= 0.0:
+        return False
+    top = _highest(floats, axis=1).tolist()
+    if not (max(top[:4]) < math.inf and top[4] <= 1.0):
+        return False
+    # free <= total: accelerators, then cpu and memory (rows 0-1 against rows 2-3)
+    return not (
+        _any(np.greater(ints[1], ints[2])) or _any(np.greater(floats[:2], floats[2:4]), axis=None)
+    )
+
+
+def _check_columns(s: ClusterState, n: int) -> None:
+    """The per-node column rules one by one, in order; raises naming the first offender."""
     _check_column("state.node_hardware", s.node_hardware, n)
     bad = _first_bad(s.node_hardware >= len(s.hardware))
     if bad is not None:
@@ -182,24 +243,32 @@ def validate_request(request: MirrorRequest, limits: RequestLimits | None = None
         raise InvalidInput("options", f"must list at most {limits.max_options}, got {n_options}")
     if o.node_offsets[0] != 0 or o.node_offsets[-1] != len(o.node_index):
         raise InvalidInput("options.node_offsets", "must start at 0 and end at len(node_index)")
-    sizes = np.diff(o.node_offsets)
-    bad = _first_bad(sizes < 1)
+    offsets = o.node_offsets
+    sizes = offsets[1:] - offsets[:-1]  # np.diff without its Python-level overhead
+    bad = _first_bad(sizes < 1) if _lowest(sizes) < 1 else None
     if bad is not None:
         raise InvalidInput(f"options[{bad}]", "must place on at least one node")
-    bad = _first_bad(sizes > limits.max_nodes_per_option)
+    too_big = _highest(sizes) > limits.max_nodes_per_option
+    bad = _first_bad(sizes > limits.max_nodes_per_option) if too_big else None
     if bad is not None:
         raise InvalidInput(
             f"options[{bad}]", f"spans more than {limits.max_nodes_per_option} nodes"
         )
     if len(o.accelerators) != len(o.node_index):
         raise InvalidInput("options.accelerators", "must have one count per node entry")
-    bad = _first_bad((o.node_index < 0) | (o.node_index >= request.state.n_nodes))
+    # not empty here: every option has a node, and there is at least one option
+    out_of_range = _lowest(o.node_index) < 0 or _highest(o.node_index) >= request.state.n_nodes
+    bad = (
+        _first_bad((o.node_index < 0) | (o.node_index >= request.state.n_nodes))
+        if out_of_range
+        else None
+    )
     if bad is not None:
         raise InvalidInput(
             f"options.node_index[{bad}]",
             f"must index state nodes (< {request.state.n_nodes}), got {o.node_index[bad]}",
         )
-    bad = _first_bad(o.accelerators < 0)
+    bad = _first_bad(o.accelerators < 0) if _lowest(o.accelerators) < 0 else None
     if bad is not None:
         raise InvalidInput(
             f"options.accelerators[{bad}]", f"must be >= 0, got {o.accelerators[bad]}"
@@ -216,7 +285,7 @@ def validate_request(request: MirrorRequest, limits: RequestLimits | None = None
 def validate_workload(request: MirrorRequest) -> None:
     """Check the workload's numbers and identifiers."""
     w = request.workload
-    _check_id("workload.workload_id", w.workload_id, RequestLimits())
+    _check_id("workload.workload_id", w.workload_id, _DEFAULT_LIMITS)
     _check_text("workload.tenant", w.tenant)
     _check_text("workload.model_family", w.model_family)
     for name in ("model_size_b", "accelerator_memory_gb", "cpu_per_node", "memory_per_node_gb"):

@@ -45,6 +45,34 @@ def _parse(message: Any, raw: bytes, what: str, limit: int) -> None:
         raise InvalidInput(what, f"is not a valid protobuf message: {exc}") from exc
 
 
+def _embedded(raw: bytes) -> bytes | None:
+    """The bytes of field 2 when a parsed envelope is exactly ``[sequence = 1][field 2]``.
+
+    That is the layout every protobuf serializer writes, and then the slice is the
+    message the envelope holds (it occurs once and nothing follows), so it is
+    journaled as sent, as the unary RPC journals its body, instead of paying for
+    a re-serialisation. Any other valid layout gives None and is re-serialised.
+    """
+    end, pos = len(raw), 0
+    if raw[:1] == b"\x08":  # field 1, varint: skip it
+        pos = 1
+        while pos < end and raw[pos] & 0x80:
+            pos += 1
+        pos += 1
+    if raw[pos : pos + 1] != b"\x12":  # field 2, length-delimited
+        return None
+    pos += 1
+    length = shift = 0
+    while pos < end:
+        byte = raw[pos]
+        pos += 1
+        length |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return raw[pos:] if pos + length == end else None
+        shift += 7
+    return None
+
+
 class ShadowEvaluationServicer:
     """Implements the four RPCs of `ShadowEvaluation` over raw bytes."""
 
@@ -109,7 +137,7 @@ class ShadowEvaluationServicer:
             _parse(envelope, raw, "message", self._limit + 64)
             if not envelope.HasField("request"):
                 raise InvalidInput("request", "is required in every stream message")
-            payload = envelope.request.SerializeToString()
+            payload = _embedded(raw) or envelope.request.SerializeToString()
 
             def decode() -> tuple[MirrorRequest, bytes]:
                 return mirror_request_from_pb(envelope.request), payload
@@ -131,7 +159,7 @@ class ShadowEvaluationServicer:
             _parse(envelope, raw, "message", self._limit + 64)
             if not envelope.HasField("outcome"):
                 raise InvalidInput("outcome", "is required in every stream message")
-            payload = envelope.outcome.SerializeToString()
+            payload = _embedded(raw) or envelope.outcome.SerializeToString()
 
             def decode() -> tuple[Outcome, bytes]:
                 return outcome_from_pb(envelope.outcome), payload
