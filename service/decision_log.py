@@ -18,6 +18,7 @@ import numpy as np
 from service.contract import DEFER
 from service.pipeline.scorer import ScoredBatch, SinkResult
 from service.pipeline.scoring import ScoredDecision
+from service.policies.base import DecisionStatus
 from service.policies.manifest import Manifest
 from service.storage.convert import outcome_row, rows_from
 from service.storage.rows import DecisionRow, LogBatch, PolicyRow, SnapshotRow
@@ -28,22 +29,31 @@ def _optional(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
+_STATUS_VALUES = {status: status.value for status in DecisionStatus}
+"""`DecisionStatus.value` by member: a dict lookup, not an enum property, per logged row."""
+
+
 def decision_row(d: ScoredDecision, scored_at: float) -> DecisionRow:
-    """The log row of one scored decision; predictions kept for the chosen option."""
+    """The log row of one scored decision; predictions kept for the chosen option.
+
+    Runs once per request per policy on the scorer's thread, so each value is
+    read once (a prediction is converted once, not once to test and once to keep).
+    """
+    chosen = d.chosen
     predicted = None
-    if d.predictions and d.chosen != DEFER:
-        predicted = {
-            name: float(values[d.chosen])
-            for name, values in d.predictions.items()
-            if math.isfinite(float(values[d.chosen]))
-        }
+    if d.predictions and chosen != DEFER:
+        predicted = {}
+        for name, values in d.predictions.items():
+            value = float(values[chosen])
+            if math.isfinite(value):
+                predicted[name] = value
     return DecisionRow(
         request_id=d.request_id,
         request_time=d.request_time,
         policy_name=d.policy,
         policy_version=d.policy_version,
-        status=d.status.value,
-        chosen_option=d.chosen,
+        status=_STATUS_VALUES.get(d.status) or d.status.value,
+        chosen_option=chosen,
         chosen_probability=_optional(d.chosen_probability),
         production_probability=_optional(d.production_probability),
         defer_probability=_optional(d.defer_probability),

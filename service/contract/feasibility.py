@@ -22,8 +22,10 @@ over the option's nodes:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -159,3 +161,138 @@ def check_feasibility(
     )
     mask = np.logical_not(violations.any(axis=1))
     return Feasibility(mask=mask, violations=violations)
+
+
+FeasibilityItem = tuple[ClusterState, Workload, PlacementOptions, float | None]
+"""One request's (state, workload, options, quota_remaining)."""
+
+
+def _batchable(items: Sequence[FeasibilityItem]) -> bool:
+    """Whether one pass reproduces every request's own comparisons exactly.
+
+    Host CPU and memory are compared in the state's own float precision (a
+    Python number against a float32 column compares in float32), so the
+    batched pass needs one floating dtype per column across the batch, as
+    the wire delivers it; a hand-built mix is checked request by request.
+    """
+    dtypes = {
+        (
+            s.cpu_free.dtype,
+            s.memory_free_gb.dtype,
+            s.node_hardware.dtype,
+            s.accelerators_free.dtype,
+            s.healthy.dtype,
+            s.draining.dtype,
+            o.accelerators.dtype,
+        )
+        for s, _, o, _ in items
+    }
+    if len(dtypes) != 1:
+        return False
+    cpu, memory, *_ = dtypes.pop()
+    return bool(np.issubdtype(cpu, np.floating) and np.issubdtype(memory, np.floating))
+
+
+def _stacked(parts: Sequence[Feasibility]) -> Feasibility:
+    return Feasibility(
+        mask=np.concatenate([p.mask for p in parts]),
+        violations=np.concatenate([p.violations for p in parts]).reshape(-1, len(SIGNALS)),
+    )
+
+
+def _as_float(values: list[float], dtype: np.dtype[Any] | None) -> NDArray[Any]:
+    """Python numbers as the comparison with a `dtype` column sees them (cast to `dtype`)."""
+    wide = np.array(values, dtype=np.float64)
+    if dtype is None:
+        return wide
+    with np.errstate(over="ignore"):  # an overflowing need falls back to the per-request form
+        return wide.astype(dtype)
+
+
+def check_feasibility_batch(items: Sequence[FeasibilityItem]) -> Feasibility:
+    """`check_feasibility` of every request, stacked: one row per option of the batch.
+
+    Bit for bit the per-request masks and violations (tests/policies/
+    test_batch_equivalence.py): every rule is a comparison or a boolean OR,
+    evaluated on the same values in the same precision, only over the joined
+    arrays of the whole micro-batch instead of once per request. Rules that
+    read Python objects (classes, labels) still run per hardware class and
+    per labelled node, as in `check_feasibility`.
+    """
+    if not items:
+        return Feasibility(np.zeros(0, dtype=bool), np.zeros((0, len(SIGNALS)), dtype=bool))
+    if not _batchable(items):
+        return _stacked([check_feasibility(*item) for item in items])
+    states = [i[0] for i in items]
+    options = [i[2] for i in items]
+    n_req = len(items)
+    n_nodes = np.fromiter((len(s.node_hardware) for s in states), np.int64, n_req)
+    n_entries = np.fromiter((len(o.node_index) for o in options), np.int64, n_req)
+    n_options = np.fromiter((o.n_options for o in options), np.int64, n_req)
+    n_hw = np.fromiter((len(s.hardware) for s in states), np.int64, n_req)
+    request_of_entry = np.repeat(np.arange(n_req), n_entries)
+    nodes = np.concatenate([o.node_index for o in options], dtype=np.int64)
+    nodes += (np.cumsum(n_nodes) - n_nodes)[request_of_entry]
+    per_option = np.concatenate([o.nodes_per_option for o in options], dtype=np.int64)
+    n_total = int(n_options.sum())
+    entry_option = np.repeat(np.arange(n_total), per_option)
+
+    memory_bad: list[bool] = []
+    compat_bad: list[bool] = []
+    affinity_bad = np.zeros(int(n_nodes.sum()), dtype=bool)
+    anti_bad = np.zeros(int(n_nodes.sum()), dtype=bool)
+    base = 0
+    for state, workload, _, _ in items:
+        memory, compat = _class_rules(state, workload)
+        memory_bad += memory.tolist()
+        compat_bad += compat.tolist()
+        if workload.affinity or workload.anti_affinity:
+            affinity, anti = _node_label_rules(state, workload)
+            affinity_bad[base : base + state.n_nodes] = affinity
+            anti_bad[base : base + state.n_nodes] = anti
+        base += state.n_nodes
+    cls = np.concatenate([s.node_hardware for s in states], dtype=np.int64)[nodes]
+    cls += (np.cumsum(n_hw) - n_hw)[request_of_entry]
+
+    def joined(column: str) -> NDArray[Any]:
+        values: NDArray[Any] = np.concatenate([getattr(s, column) for s in states])[nodes]
+        return values
+
+    cpu_free, memory_free = joined("cpu_free"), joined("memory_free_gb")
+    workloads = [i[1] for i in items]
+    cpu_need = _as_float([w.cpu_per_node for w in workloads], cpu_free.dtype)
+    memory_need = _as_float([w.memory_per_node_gb for w in workloads], memory_free.dtype)
+    if not (np.isfinite(cpu_need).all() and np.isfinite(memory_need).all()):
+        return _stacked([check_feasibility(*item) for item in items])
+    taken = np.concatenate([o.accelerators for o in options])
+    entry_capacity = (
+        (taken > joined("accelerators_free"))
+        | (cpu_free < cpu_need[request_of_entry])
+        | (memory_free < memory_need[request_of_entry])
+    )
+    entry_memory = np.array(memory_bad, dtype=bool)[cls] & (taken > 0)
+    entry_compat = np.array(compat_bad, dtype=bool)[cls]
+    entry_drain = joined("draining") | ~joined("healthy")
+
+    def any_per_option(entry: NDArray[np.bool_]) -> NDArray[np.bool_]:
+        counts = np.bincount(entry_option, weights=entry.astype(np.float64), minlength=n_total)
+        return counts > 0
+
+    option_total = np.bincount(entry_option, weights=taken.astype(np.float64), minlength=n_total)
+    requested = _as_float([w.accelerators for w in workloads], None)
+    quotas = [i[3] for i in items]
+    has_quota = np.array([q is not None for q in quotas], dtype=bool)
+    quota = _as_float([q if q is not None else 0.0 for q in quotas], None)
+    violations = np.stack(
+        [
+            any_per_option(entry_capacity) | (option_total < np.repeat(requested, n_options)),
+            any_per_option(entry_memory),
+            any_per_option(entry_compat),
+            any_per_option(affinity_bad[nodes]),
+            any_per_option(anti_bad[nodes]),
+            (option_total > np.repeat(quota, n_options)) & np.repeat(has_quota, n_options),
+            any_per_option(entry_drain),
+        ],
+        axis=1,
+    )
+    return Feasibility(mask=np.logical_not(violations.any(axis=1)), violations=violations)

@@ -14,6 +14,7 @@ on one action).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -143,9 +144,16 @@ def _per_request(
         array.flags.writeable = False
     requests = batch.requests
     drawn = [status != DecisionStatus.ERROR for status in d.status]
+    # `decision_uniform` per request, with the (policy, version) half encoded once:
+    # UTF-8 of a concatenation is the concatenation of the UTF-8s.
+    suffix = f"\x00{name}\x00{version}".encode()
+    sha256 = hashlib.sha256
     uniforms = np.array(
         [
-            decision_uniform(request.request_id, name, version) if draw else 0.0
+            int.from_bytes(sha256(request.request_id.encode() + suffix).digest()[:8], "big")
+            / 2.0**64
+            if draw
+            else 0.0
             for request, draw in zip(requests, drawn, strict=True)
         ],
         dtype=np.float64,
@@ -163,6 +171,7 @@ def _per_request(
     chosen_p_list = chosen_p_all.tolist()
     defer_list = defer_all.tolist()
     favourite_list = np.asarray(d.raw_favourite_infeasible, dtype=bool).tolist()
+    status = d.status
     out = []
     for r, request in enumerate(requests):
         start, end = bounds[r], bounds[r + 1]
@@ -176,30 +185,52 @@ def _per_request(
             prod_p = defer_p if production.option == DEFER else float(probs[production.option])
             agrees = chosen == production.option
         out.append(
-            ScoredDecision(
-                request_id=request.request_id,
-                request_time=request.request_time,
-                policy=name,
-                policy_version=version,
-                status=d.status[r],
-                chosen=chosen,
-                chosen_probability=chosen_p_list[r],
-                production_probability=prod_p,
-                defer_probability=defer_p,
-                scores=scores_all[start:end],
-                probabilities=probs,
-                raw_favourite_infeasible=favourite_list[r],
-                agrees_with_production=agrees,
-                latency_us=latency_us,
-                predictions=(
-                    {k: v[start:end] for k, v in predictions_all.items()}
-                    if predictions_all is not None
-                    else None
-                ),
-                error=error,
+            _decision(
+                {
+                    "request_id": request.request_id,
+                    "request_time": request.request_time,
+                    "policy": name,
+                    "policy_version": version,
+                    "status": status[r],
+                    "chosen": chosen,
+                    "chosen_probability": chosen_p_list[r],
+                    "production_probability": prod_p,
+                    "defer_probability": defer_p,
+                    "scores": scores_all[start:end],
+                    "probabilities": probs,
+                    "raw_favourite_infeasible": favourite_list[r],
+                    "agrees_with_production": agrees,
+                    "latency_us": latency_us,
+                    "predictions": (
+                        {k: v[start:end] for k, v in predictions_all.items()}
+                        if predictions_all is not None
+                        else None
+                    ),
+                    "error": error,
+                }
             )
         )
     return out
+
+
+_DECISION_FIELDS = frozenset(f.name for f in dataclasses.fields(ScoredDecision))
+
+
+def _decision(values: dict[str, Any]) -> ScoredDecision:
+    """A `ScoredDecision` from every field's value, without the frozen ``__init__``.
+
+    The generated ``__init__`` of a frozen dataclass sets each of the 16 fields
+    through ``object.__setattr__`` (~4.5 us a decision; ~0.7 us this way), and
+    the scorer makes one decision per request per policy. The result is the
+    same object: a plain instance dict holding every field (checked against
+    the field list, so a new field cannot be forgotten), still frozen to
+    attribute assignment.
+    """
+    if values.keys() != _DECISION_FIELDS:
+        raise TypeError(f"ScoredDecision fields {sorted(_DECISION_FIELDS ^ values.keys())}")
+    decision = object.__new__(ScoredDecision)
+    decision.__dict__.update(values)
+    return decision
 
 
 REFERENCE_BATCH = 16

@@ -16,8 +16,8 @@ from service.contract import (
     N_FEATURES,
     FeatureFunction,
     MirrorRequest,
-    check_feasibility,
 )
+from service.contract.feasibility import check_feasibility_batch
 from service.policies.base import ScoringBatch
 
 
@@ -26,8 +26,9 @@ def make_batch(
 ) -> ScoringBatch:
     """Every request's option features and feasibility mask, concatenated in CSR form.
 
-    Features are computed for the whole batch in one vectorised pass
-    (`FeatureFunction.batch`, bit-identical to featurising request by request).
+    Features and masks are computed for the whole batch in one vectorised pass
+    each (`FeatureFunction.batch`, `check_feasibility_batch`), bit-identical to
+    featurising and checking request by request.
     """
     counts = [r.options.n_options for r in requests]
     offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
@@ -39,12 +40,9 @@ def make_batch(
             requests=(),
         )
     rows = features.batch([(r.state, r.workload, r.options) for r in requests])
-    mask = np.concatenate(
-        [
-            check_feasibility(r.state, r.workload, r.options, r.quota_remaining).mask
-            for r in requests
-        ]
-    )
+    mask = check_feasibility_batch(
+        [(r.state, r.workload, r.options, r.quota_remaining) for r in requests]
+    ).mask
     return ScoringBatch(
         features=np.ascontiguousarray(rows, dtype=np.float32),
         offsets=offsets,

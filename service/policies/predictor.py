@@ -71,7 +71,7 @@ def with_completion_time(
     )
     row_work = work[batch.request_of_row] if len(work) else np.zeros(0)
     out = {name: throughput[:, i].astype(np.float32) for i, name in enumerate(THROUGHPUT_NAMES)}
-    for i, name in enumerate(COMPLETION_NAMES):
-        with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore"):
+        for i, name in enumerate(COMPLETION_NAMES):
             out[name] = (row_work / throughput[:, 2 - i].astype(np.float64)).astype(np.float32)
     return out

@@ -30,13 +30,14 @@ col   name                   definition
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import numpy as np
@@ -168,18 +169,175 @@ def _request_features(request: MirrorRequest) -> NDArray[np.float32]:
     )
 
 
+@dataclass(frozen=True, eq=False)
+class BatchLayout:
+    """A micro-batch's option CSR arrays joined into one, with batch-wide indices.
+
+    Request ``r``'s nodes, node entries and options follow those of requests
+    ``0..r-1``; every index here is batch-wide, so one numpy pass over the
+    joined arrays does what one pass per request did.
+
+    Attributes:
+        n_options: int64, shape ``(n_requests,)``, options per request.
+        node_base: int64, shape ``(n_requests,)``, first batch-wide node of each request.
+        nodes: int64, shape ``(n_entries,)``, batch-wide node of every option entry.
+        starts: int64, shape ``(n_options_total,)``, first entry of every option.
+        entry_option: int64, shape ``(n_entries,)``, batch-wide option of every entry.
+        request_of_entry: int64, shape ``(n_entries,)``.
+        nodes_per_option: int64, shape ``(n_options_total,)``.
+        accelerators: float64, shape ``(n_entries,)``, accelerators every entry takes.
+    """
+
+    n_options: NDArray[np.int64]
+    node_base: NDArray[np.int64]
+    nodes: NDArray[np.int64]
+    starts: NDArray[np.int64]
+    entry_option: NDArray[np.int64]
+    request_of_entry: NDArray[np.int64]
+    nodes_per_option: NDArray[np.int64]
+    accelerators: NDArray[np.float64]
+
+    @property
+    def n_options_total(self) -> int:
+        """Option rows of the whole batch."""
+        return len(self.starts)
+
+    @classmethod
+    def of(cls, requests: Sequence[MirrorRequest]) -> BatchLayout:
+        """The layout of `requests` (each option has at least one node, as validated)."""
+        n_req = len(requests)
+        n_nodes = np.fromiter((len(r.state.node_hardware) for r in requests), np.int64, n_req)
+        n_entries = np.fromiter((len(r.options.node_index) for r in requests), np.int64, n_req)
+        n_options = np.fromiter((r.options.n_options for r in requests), np.int64, n_req)
+        node_base = np.cumsum(n_nodes) - n_nodes
+        entry_base = np.cumsum(n_entries) - n_entries
+        request_of_entry = np.repeat(np.arange(n_req, dtype=np.int64), n_entries)
+        opts = [r.options for r in requests]
+        nodes = np.concatenate([o.node_index for o in opts], dtype=np.int64)
+        nodes += node_base[request_of_entry]
+        starts = np.concatenate([o.node_offsets[:-1] for o in opts], dtype=np.int64)
+        starts += np.repeat(entry_base, n_options)
+        per_option = np.concatenate([o.nodes_per_option for o in opts], dtype=np.int64)
+        return cls(
+            n_options=n_options,
+            node_base=node_base,
+            nodes=nodes,
+            starts=starts,
+            entry_option=np.repeat(np.arange(len(per_option), dtype=np.int64), per_option),
+            request_of_entry=request_of_entry,
+            nodes_per_option=per_option,
+            accelerators=np.concatenate([o.accelerators for o in opts], dtype=np.float64),
+        )
+
+    def per_option(self, values: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Sum of `values` (one per entry) over each option's entries, in entry order."""
+        out: NDArray[np.float64] = np.bincount(
+            self.entry_option, weights=values, minlength=self.n_options_total
+        ).astype(np.float64)
+        return out
+
+
+@functools.lru_cache(maxsize=256)
+def _job_row(model_family: str) -> tuple[float, ...]:
+    """`job_columns` of a model family, memoised: a batch repeats a handful of families."""
+    return tuple(float(x) for x in job_columns(parse_job_type(model_family)))
+
+
+def batch_features(requests: Sequence[MirrorRequest]) -> NDArray[np.float32]:
+    """`_request_features` of every request, stacked, in one numpy pass over the batch.
+
+    Bit for bit the rows of the per-request form (tests/policies/
+    test_batch_equivalence.py holds them equal): a minimum is exact whatever
+    the grouping, accelerators taken are summed per option in entry order in
+    both, and every other column is the same elementwise float64 operation
+    followed by the same cast to float32 (`compute_predictor_features`).
+    The definition hash covers the per-request form; this one is its
+    vectorised twin, as `compute_features_batch` is the contract's.
+    """
+    if not requests:
+        return np.zeros((0, N_PREDICTOR_FEATURES), dtype=np.float32)
+    layout = BatchLayout.of(requests)
+    hardware = [r.state.hardware for r in requests]
+    n_hw = np.fromiter((len(h) for h in hardware), np.int64, len(hardware))
+    caps = np.array(
+        [
+            (
+                h.peak_dense_tflops,
+                h.memory_bandwidth_gbps,
+                h.accelerator_memory_gb,
+                h.interconnect_gbps,
+            )
+            for classes in hardware
+            for h in classes
+        ],
+        dtype=np.float64,
+    ).reshape(-1, 4)
+    hw_base = np.cumsum(n_hw) - n_hw
+    node_cls = np.concatenate([r.state.node_hardware for r in requests], dtype=np.int64)
+    cls = node_cls[layout.nodes] + hw_base[layout.request_of_entry]
+    slowest = np.minimum.reduceat(caps[cls], layout.starts, axis=0) if len(cls) else caps[:0]
+    jobs = np.array([_job_row(r.workload.model_family) for r in requests], dtype=np.float64)
+    return compute_predictor_features(
+        np.repeat(jobs, layout.n_options, axis=0),
+        slowest[:, 0],
+        slowest[:, 1],
+        slowest[:, 2],
+        slowest[:, 3],
+        layout.per_option(layout.accelerators),
+        (layout.nodes_per_option == 1).astype(np.float64),
+    )
+
+
+class LastBatchRows:
+    """The rows of the last micro-batch a feature function saw, handed out again.
+
+    In one micro-batch several consumers ask for the same rows: the Gavel
+    predictor, and the outcome features (for the planner and for the outcome
+    predictor) that extend them. A scorer batch's requests are one tuple of
+    frozen requests, so its identity is the key; the tuple is held, so its id
+    cannot be reused while it is the key. Rows handed out twice are
+    read-only. Other sequences (lists can change in place) are never kept.
+    """
+
+    def __init__(self) -> None:
+        self._last: tuple[tuple[MirrorRequest, ...], NDArray[np.float32]] | None = None
+
+    def rows(
+        self,
+        requests: Sequence[MirrorRequest],
+        compute: Callable[[Sequence[MirrorRequest]], NDArray[np.float32]],
+    ) -> NDArray[np.float32]:
+        """`compute(requests)`, or the rows computed for this very tuple last time."""
+        last = self._last
+        if last is not None and last[0] is requests:
+            return last[1]
+        rows = compute(requests)
+        if type(requests) is tuple:
+            rows.flags.writeable = False
+            self._last = (requests, rows)
+        return rows
+
+    def __reduce__(self) -> tuple[type[LastBatchRows], tuple[()]]:
+        """A copy (e.g. pickled to a scorer process) starts empty, without the last batch."""
+        return (LastBatchRows, ())
+
+
 @dataclass(frozen=True)
 class PredictorFeatureFunction:
     """The predictor's feature function with its identity (version + hash)."""
 
     version: str = PREDICTOR_FEATURE_VERSION
     names: tuple[str, ...] = PREDICTOR_FEATURE_NAMES
+    _memo: LastBatchRows = field(
+        default_factory=LastBatchRows, init=False, repr=False, compare=False
+    )
 
     def __call__(self, requests: Sequence[MirrorRequest]) -> NDArray[np.float32]:
-        """Rows for every option of every request, concatenated in batch order."""
-        if not requests:
-            return np.zeros((0, N_PREDICTOR_FEATURES), dtype=np.float32)
-        return np.concatenate([_request_features(r) for r in requests])
+        """Rows for every option of every request, concatenated in batch order.
+
+        Read-only when `requests` is a tuple (a scorer batch): see `LastBatchRows`.
+        """
+        return self._memo.rows(requests, batch_features)
 
     def for_workload(self, workload: Workload) -> NDArray[np.float64]:
         """The job columns of `workload` (for tests and the build script)."""
