@@ -26,7 +26,7 @@ from service.contract import MirrorRequest
 from service.policies.base import PolicyDecisions, ScoringBatch
 from service.policies.errors import PolicyLoadError, PolicyScoringError
 from service.policies.manifest import Manifest, TensorSpec
-from service.policies.predictor import Predictor, with_completion_time
+from service.policies.predictor import THROUGHPUT_NAMES, Predictor, with_completion_time
 from service.policies.predictor_features import PREDICTOR_FEATURES
 from service.policies.probabilities import ProbabilityRule, decide_from_scores
 
@@ -215,6 +215,17 @@ class OnnxPredictor:
     def model(self) -> OnnxModel:
         """The underlying session wrapper."""
         return self._model
+
+    @property
+    def features(self) -> Callable[[Sequence[MirrorRequest]], NDArray[np.float32]]:
+        """The feature function its rows come from."""
+        return self._features
+
+    def throughput(self, batch: ScoringBatch) -> NDArray[np.float32]:
+        """Throughput quantiles ``(n_options_total, 3)`` of `batch`, from `predict`'s per-batch
+        result: a planner sharing this predictor pays its features and ONNX run once."""
+        p = self.predict(batch)
+        return np.stack([p[name] for name in THROUGHPUT_NAMES], axis=1)
 
     def predict_rows(self, x: NDArray[np.float32]) -> NDArray[np.float32]:
         """Throughput quantiles ``(n, 3)`` for predictor rows `x`; checked finite, > 0, ordered."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 from numpy.typing import NDArray
@@ -50,6 +50,20 @@ class RowPredictor(Protocol):
 
     def predict_rows(self, x: NDArray[np.float32]) -> NDArray[np.float32]:
         """Quantiles for rows `x` of the planner's feature function."""
+        ...
+
+
+@runtime_checkable
+class BatchThroughput(Protocol):
+    """A `RowPredictor` that also answers per batch, from its own (cached) result."""
+
+    @property
+    def features(self) -> Callable[[Sequence[MirrorRequest]], NDArray[np.float32]]:
+        """The feature function its rows come from."""
+        ...
+
+    def throughput(self, batch: ScoringBatch) -> NDArray[np.float32]:
+        """Throughput quantiles ``(n_options_total, 3)`` of `batch`."""
         ...
 
 
@@ -98,7 +112,17 @@ class LcbPlanner:
         return LcbPlanner(name, self._version, self._predictor, spec, self._rule, self._features)
 
     def quantiles(self, batch: ScoringBatch) -> NDArray[np.float32]:
-        """The predictor's throughput quantiles per option row, ``(n_options_total, 3)``."""
+        """The predictor's throughput quantiles per option row, ``(n_options_total, 3)``.
+
+        A predictor that serves whole batches from the same feature function
+        (`BatchThroughput`: the registry shares the outcome predictor's object
+        when the planner's model is the same file) answers from its per-batch
+        result, so a planner and the policies using that predictor run it once.
+        """
+        if isinstance(self._predictor, BatchThroughput) and (
+            self._predictor.features is self._features
+        ):
+            return self._predictor.throughput(batch)
         x = self._features(batch.requests)
         if len(x) != len(batch.mask):
             raise PolicyScoringError(

@@ -165,6 +165,17 @@ class _Loader:
                 f" {want.definition_hash[:12]}; rebuild the model for the current features",
             )
 
+    def _shared_predictor(self, m: Manifest) -> OnnxPredictor | None:
+        """A loaded predictor of the very same model file and features as planner `m`'s:
+        sharing it runs the model once per batch for both (its result is cached per batch)."""
+        for predictor in self.predictors.values():
+            if not isinstance(predictor, OnnxPredictor):
+                continue
+            same_file = predictor.model.manifest.model_sha256 == m.model_sha256
+            if same_file and predictor.features is self._predictor_features(m):
+                return predictor
+        return None
+
     def load(self, m: Manifest) -> OnnxPolicy | OnnxPredictor | LcbPlanner:
         data = self._verified_bytes(m)
         self._check_features(m)
@@ -172,6 +183,14 @@ class _Loader:
             _expect_shapes(m, N_FEATURES, (1,))
         else:
             _expect_shapes(m, len(self._predictor_features(m).names), (3,))
+        if m.planning is not None and (shared := self._shared_predictor(m)) is not None:
+            assert m.probabilities is not None  # parse_manifest requires it for policies
+            planner = LcbPlanner(m.name, m.version, shared, m.planning, m.probabilities)
+            try:
+                check_policy(planner, self.probe)
+            except PolicyConformanceError as exc:
+                raise PolicyLoadError(m.name, exc.problem) from exc
+            return planner
         model = OnnxModel(
             m,
             data,
