@@ -290,7 +290,7 @@ def test_oversized_headers_are_refused_by_the_parser_and_others_served(
     head = _headers(port, runtime_token, f"X-Filler: {'a' * 1024 * 1024}\r\n")
     response = b""
     with _connect(port) as sock:
-        try:  # in pieces, as a network delivers them: h11 limits an incomplete head
+        try:  # in pieces, as a network delivers them: an incomplete head is bounded
             for start in range(0, len(head), 8192):
                 sock.sendall(head[start : start + 8192])
                 if select.select([sock], [], [], 0.001)[0]:

@@ -1,63 +1,63 @@
 """The HTTP app: POST /v1/mirror, POST /v1/outcomes, /healthz, /readyz, /metrics.
 
-Bodies are read with a hard size limit and parsed with pydantic's JSON
-validator; refusals carry `{"error", "field", "message"}` with a status from
-`STATUS_BY_ERROR`. The OpenAPI document (``/openapi.json``) describes the
-bodies from the same pydantic models.
+The two ingest routes are served by `IngestRoutes` straight from ASGI, ahead
+of FastAPI's routing (`HttpApp.__call__`): bodies are read with a hard size
+limit and decoded by msgspec, with the pydantic models wording refusals
+(`service.transport.http.decode`). FastAPI still declares both routes, with
+the same handlers, so the OpenAPI document (``/openapi.json``) describes the
+bodies from the same pydantic models. Refusals carry
+`{"error", "field", "message"}` with a status from `STATUS_BY_ERROR`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from starlette.requests import ClientDisconnect
+from starlette.types import Receive, Scope, Send
 
 from service import __version__
 from service.auth import Role, TokenAuthority
-from service.contract import MirrorRequest, Outcome
-from service.contract.errors import (
-    AuthError,
-    Conflict,
-    InvalidInput,
-    NotFound,
-    PayloadTooLarge,
-    PermissionDenied,
-    Unauthenticated,
-    Unavailable,
-    UnderstudyError,
-)
+from service.contract.errors import AuthError, UnderstudyError
 from service.metrics import ServiceMetrics
-from service.pipeline.ingest import Ingest, IngestResult
+from service.pipeline.ingest import Ingest
 from service.readiness import Readiness
-from service.transport.http.convert import mirror_from_json, outcome_from_json
+from service.transport.http.errors import (
+    STATUS_BY_ERROR,
+    error_body,
+    error_headers,
+    status_for,
+)
+from service.transport.http.ingest_routes import Endpoint, IngestRoutes, Reply
 from service.transport.http.models import AckModel, ErrorModel, MirrorRequestModel, OutcomeModel
 
-STATUS_BY_ERROR: tuple[tuple[type[UnderstudyError], int], ...] = (
-    (PayloadTooLarge, 413),
-    (InvalidInput, 400),
-    (Unauthenticated, 401),
-    (PermissionDenied, 403),
-    (NotFound, 404),
-    (Conflict, 409),
-    (Unavailable, 503),
-)
+__all__ = ["STATUS_BY_ERROR", "HttpApp", "create_http_app", "status_for"]
 
 _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorModel} for code in (400, 401, 403, 413)
 }
 
 
-def status_for(exc: UnderstudyError) -> int:
-    """The HTTP status of an error: the first table row it is an instance of."""
-    for cls, code in STATUS_BY_ERROR:
-        if isinstance(exc, cls):
-            return code
-    return 500
+class HttpApp(FastAPI):
+    """FastAPI, except that `fast_routes` (POST, by exact path) are served before routing.
+
+    They skip FastAPI's middleware stack as well: add no middleware that the
+    ingest routes would need.
+    """
+
+    fast_routes: Mapping[str, Endpoint] = MappingProxyType({})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            endpoint = self.fast_routes.get(scope["path"])
+            if endpoint is not None:
+                await endpoint(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
 
 
 def _inline_refs(node: Any, defs: dict[str, Any]) -> Any:
@@ -91,33 +91,6 @@ def _body_schema(model: type[MirrorRequestModel] | type[OutcomeModel]) -> dict[s
     }
 
 
-@dataclass(frozen=True, slots=True)
-class _Body:
-    """What was read of a request body, and why reading stopped early, if it did."""
-
-    data: bytes
-    too_large: bool = False
-    cut_short: bool = False
-
-
-async def _read_limited(request: Request, limit: int) -> _Body:
-    """Read at most `limit + 1` bytes: enough to know the body is too large."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        return _Body(b"", too_large=True)
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        async for chunk in request.stream():
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > limit:
-                return _Body(b"", too_large=True)
-    except ClientDisconnect:  # went away, or cut off by the read deadline (slow_clients.py)
-        return _Body(b"".join(chunks), cut_short=True)
-    return _Body(b"".join(chunks))
-
-
 def create_http_app(
     ingest: Ingest,
     authority: TokenAuthority,
@@ -125,15 +98,18 @@ def create_http_app(
     readiness: Readiness,
     max_request_bytes: int,
     offload_appends: bool = False,
-) -> FastAPI:
-    """Build the FastAPI app around the shared ingest engine.
+    fast_ingest: bool = True,
+) -> HttpApp:
+    """Build the app around the shared ingest engine.
 
     `offload_appends` runs ingest in the thread pool: needed when every append
     fsyncs (journal_fsync=always), which would otherwise stall the event loop.
+    `fast_ingest=False` leaves the ingest routes to FastAPI's routing (same
+    handlers, same replies; slower): for tests that compare the two.
     """
     # The generated docs routes are replaced by token-checked ones below: every
     # endpoint but liveness and readiness needs a token.
-    app = FastAPI(
+    app = HttpApp(
         title="Understudy",
         version=__version__,
         description="Shadow evaluation of placement policies. Acks never carry a decision.",
@@ -141,36 +117,26 @@ def create_http_app(
         docs_url=None,
         redoc_url=None,
     )
+    routes = IngestRoutes(ingest, authority, metrics, max_request_bytes, offload_appends)
+    if fast_ingest:
+        app.fast_routes = MappingProxyType(routes.asgi)
 
     @app.exception_handler(UnderstudyError)
-    async def _on_error(_: Request, exc: UnderstudyError) -> JSONResponse:
-        body = ErrorModel(
-            error=type(exc).__name__,
-            field=exc.field if isinstance(exc, InvalidInput) else None,
-            message=str(exc),
+    async def _on_error(_: Request, exc: UnderstudyError) -> Response:
+        return Response(
+            error_body(exc),
+            status_code=status_for(exc),
+            headers=error_headers(exc),
+            media_type="application/json",
         )
-        headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthenticated) else None
-        return JSONResponse(body.model_dump(), status_code=status_for(exc), headers=headers)
 
-    def authorise(request: Request) -> None:
-        try:
-            authority.require(request.headers.get("authorization"), Role.RUNTIME)
-        except AuthError as exc:
-            metrics.auth_failures.labels("http", type(exc).__name__).inc()
-            raise
-
-    def checked(what: str, body: _Body) -> bytes:
-        if body.too_large:
-            raise PayloadTooLarge(what, f"exceeds the limit of {max_request_bytes} bytes")
-        if body.cut_short:
-            raise InvalidInput(
-                what, f"ended after {len(body.data)} bytes: the client went away or was too slow"
-            )
-        return body.data
-
-    def ack(result: IngestResult) -> JSONResponse:
-        model = AckModel(status=result.status.value, request_id=result.request_id)
-        return JSONResponse(model.model_dump(), status_code=202)
+    def respond(reply: Reply) -> Response:
+        return Response(
+            reply.body,
+            status_code=reply.status,
+            headers=dict(reply.headers),
+            media_type="application/json",
+        )
 
     @app.post(
         "/v1/mirror",
@@ -180,16 +146,13 @@ def create_http_app(
         openapi_extra=_body_schema(MirrorRequestModel),
         summary="Mirror a placement request (acked once journaled; no decision returned)",
     )
-    async def mirror(request: Request) -> JSONResponse:
-        authorise(request)
-        body = await _read_limited(request, max_request_bytes)
-
-        def decode() -> tuple[MirrorRequest, bytes]:
-            return mirror_from_json(checked("body", body))
-
-        if offload_appends:
-            return ack(await run_in_threadpool(ingest.mirror, "http", decode))
-        return ack(ingest.mirror("http", decode))
+    async def mirror(request: Request) -> Response:
+        headers = request.headers
+        return respond(
+            await routes.mirror(
+                headers.get("authorization"), headers.get("content-length"), request.stream()
+            )
+        )
 
     @app.post(
         "/v1/outcomes",
@@ -199,16 +162,13 @@ def create_http_app(
         openapi_extra=_body_schema(OutcomeModel),
         summary="Report the delayed outcome of a mirrored request",
     )
-    async def outcomes(request: Request) -> JSONResponse:
-        authorise(request)
-        body = await _read_limited(request, max_request_bytes)
-
-        def decode() -> tuple[Outcome, bytes]:
-            return outcome_from_json(checked("body", body))
-
-        if offload_appends:
-            return ack(await run_in_threadpool(ingest.outcome, "http", decode))
-        return ack(ingest.outcome("http", decode))
+    async def outcomes(request: Request) -> Response:
+        headers = request.headers
+        return respond(
+            await routes.outcomes(
+                headers.get("authorization"), headers.get("content-length"), request.stream()
+            )
+        )
 
     @app.get("/healthz", summary="Liveness: the process answers")
     async def healthz() -> dict[str, str]:

@@ -1,0 +1,170 @@
+"""HTTP bodies to contract objects and journal payloads, on the ingest hot path.
+
+A mirror body is decoded once by msgspec (`service.transport.http.structs`:
+types and ranges checked in C), then copied column by column into both the
+contract's numpy arrays and the protobuf message the journal stores. No
+pydantic model and no per-node Python object is built on the way.
+
+Refusals take the other road: a body msgspec will not take is decoded again
+by the pydantic models (`service.transport.http.convert`), whose refusal
+names the field exactly as before. The few bodies pydantic accepts but
+msgspec does not (NaN, Infinity, numbers beyond a double) are converted there
+too; their contract object is rebuilt from the encoded payload so that it is
+still what the scorer would decode from the journal (``canonical=True``).
+"""
+
+from __future__ import annotations
+
+from service.contract import (
+    FailureKind,
+    MirrorRequest,
+    Outcome,
+    ProductionDecision,
+    WorkloadKind,
+)
+from service.contract.actions import options_from_columns
+from service.contract.state import state_from_columns
+from service.contract.workload import workload_from_fields
+from service.transport.http import convert, structs
+from service.wire.convert import mirror_request_from_pb, outcome_to_pb
+from service.wire.understudy.v1 import contract_pb2 as pb
+
+_KIND = {
+    "train": pb.WORKLOAD_KIND_TRAIN,
+    "finetune": pb.WORKLOAD_KIND_FINETUNE,
+    "infer": pb.WORKLOAD_KIND_INFER,
+    "batch": pb.WORKLOAD_KIND_BATCH,
+}
+# Every repeated scalar of ClusterState: copied as a whole list in one C call each.
+_STATE_COLUMNS = (
+    "node_ids",
+    "node_hardware",
+    "accelerators_free",
+    "accelerators_total",
+    "cpu_free",
+    "cpu_total",
+    "memory_free_gb",
+    "memory_total_gb",
+    "utilisation",
+    "queue_length",
+    "healthy",
+    "draining",
+    "zone",
+    "locality",
+    "label_offsets",
+    "labels",
+)
+_WORKLOAD_SCALARS = (
+    "workload_id",
+    "model_family",
+    "model_size_b",
+    "accelerators",
+    "accelerator_memory_gb",
+    "cpu_per_node",
+    "memory_per_node_gb",
+    "gang_size",
+    "priority",
+    "tenant",
+)
+# What upb raises for a value it cannot store (a lone surrogate in a string, say).
+_UNSTORABLE = (ValueError, TypeError, OverflowError)
+
+
+def mirror_from_json(body: bytes) -> tuple[MirrorRequest, bytes]:
+    """The contract request and its protobuf payload, from an HTTP mirror body.
+
+    The request equals what decoding the payload gives, so ingest may hand it
+    to the scorer as is.
+
+    Raises:
+        InvalidInput: naming the field, worded by the pydantic models.
+    """
+    try:
+        m = structs.MIRROR.decode(body)
+        payload = _mirror_pb(m).SerializeToString()
+    except (structs.Refused, *_UNSTORABLE):
+        _, payload = convert.mirror_from_json(body)  # refuses, naming the field
+        return mirror_request_from_pb(pb.MirrorRequest.FromString(payload)), payload
+    return _mirror(m), payload
+
+
+def outcome_from_json(body: bytes) -> tuple[Outcome, bytes]:
+    """The contract outcome and its protobuf payload, from an HTTP outcome body.
+
+    Raises:
+        InvalidInput: naming the field, worded by the pydantic models.
+    """
+    try:
+        m = structs.OUTCOME.decode(body)
+    except structs.Refused:
+        return convert.outcome_from_json(body)
+    outcome = Outcome(
+        request_id=m.request_id,
+        observed_at=m.observed_at,
+        queue_delay_s=m.queue_delay_s,
+        throughput=m.throughput,
+        completion_time_s=m.completion_time_s,
+        slo_met=m.slo_met,
+        failure=FailureKind(m.failure),
+        production=_production(m.production),
+    )
+    return outcome, outcome_to_pb(outcome).SerializeToString()
+
+
+def _production(p: structs.ProductionDecision | None) -> ProductionDecision | None:
+    return None if p is None else ProductionDecision(option=p.option, propensity=p.propensity)
+
+
+def _mirror(m: structs.MirrorRequest) -> MirrorRequest:
+    w = m.workload
+    return MirrorRequest(
+        schema_version=m.schema_version,
+        request_id=m.request_id,
+        request_time=m.request_time,
+        state=state_from_columns(m.state),
+        workload=workload_from_fields(w, WorkloadKind(w.kind), w.slo_seconds, w.work_units),
+        options=options_from_columns(m.options),
+        production=_production(m.production),
+        quota_remaining=m.quota_remaining,
+    )
+
+
+def _mirror_pb(m: structs.MirrorRequest) -> pb.MirrorRequest:
+    """The protobuf form, filled in place (a sub-message passed to a constructor is copied)."""
+    msg = pb.MirrorRequest(
+        schema_version=m.schema_version, request_id=m.request_id, request_time=m.request_time
+    )
+    if m.quota_remaining is not None:
+        msg.quota_remaining = m.quota_remaining
+    if m.production is not None:
+        msg.production.option = m.production.option
+        if m.production.propensity is not None:
+            msg.production.propensity = m.production.propensity
+    s, state = m.state, msg.state
+    for h in s.hardware:
+        state.hardware.add(
+            name=h.name,
+            accelerator_memory_gb=h.accelerator_memory_gb,
+            peak_dense_tflops=h.peak_dense_tflops,
+            memory_bandwidth_gbps=h.memory_bandwidth_gbps,
+            interconnect_gbps=h.interconnect_gbps,
+        )
+    for column in _STATE_COLUMNS:
+        getattr(state, column).extend(getattr(s, column))
+    w, workload = m.workload, msg.workload
+    for name in _WORKLOAD_SCALARS:
+        setattr(workload, name, getattr(w, name))
+    workload.kind = _KIND[w.kind]
+    if w.slo_seconds is not None:
+        workload.slo_seconds = w.slo_seconds
+    if w.work_units is not None:
+        workload.work_units = w.work_units
+    workload.allowed_hardware.extend(w.allowed_hardware)
+    workload.affinity.extend(w.affinity)
+    workload.anti_affinity.extend(w.anti_affinity)
+    o, options = m.options, msg.options
+    options.node_offsets.extend(o.node_offsets)
+    options.node_index.extend(o.node_index)
+    options.accelerators.extend(o.accelerators)
+    options.option_ids.extend(o.option_ids)
+    return msg
