@@ -38,7 +38,8 @@ from service.settings import Settings
 from service.storage import EmbeddedPostgres, create_database, drop_database, make_engine
 from service.storage.export import SCHEMA_KEY, SCHEMA_VERSION, export_parquet
 from service.storage.ope_reads import OpeFilter, OpeLog, read_ope_log
-from tests.evaluation.test_live_log import _logged, _send
+from tests.evaluation.test_live_log import _logged
+from tests.live_traffic import send_events
 from tests.pg_fixtures import TEMPLATE
 
 
@@ -70,7 +71,7 @@ def live_log(
     try:
         events = simulated_runtime(episodes=4, seed=0)
         outcomes = sum(isinstance(e, Outcome) for e in events)
-        _send(service, token, events)
+        send_events(service, token, events)
         _logged(service, outcomes)
     finally:
         service.stop(grace=0.5)
