@@ -5,7 +5,6 @@ from __future__ import annotations
 import pydantic
 
 from service.contract import (
-    ClusterState,
     FailureKind,
     InvalidInput,
     MirrorRequest,
@@ -16,6 +15,7 @@ from service.contract import (
 from service.contract.actions import options_from_columns
 from service.contract.state import state_from_columns
 from service.contract.workload import workload_from_fields
+from service.transport.http import structs
 from service.transport.http.models import (
     ClusterStateModel,
     HardwareClassModel,
@@ -41,12 +41,26 @@ def invalid_from_pydantic(exc: pydantic.ValidationError) -> InvalidInput:
     return InvalidInput(field, f"is invalid: {first['msg']}")
 
 
-def _state(s: ClusterStateModel) -> ClusterState:
-    return state_from_columns(s)
-
-
-def _production(p: ProductionDecisionModel | None) -> ProductionDecision | None:
+def _production(
+    p: ProductionDecisionModel | structs.ProductionDecision | None,
+) -> ProductionDecision | None:
     return None if p is None else ProductionDecision(option=p.option, propensity=p.propensity)
+
+
+def outcome_from_model(m: OutcomeModel | structs.Outcome) -> tuple[Outcome, bytes]:
+    """The contract outcome and its protobuf payload, from a parsed body (pydantic or msgspec:
+    the same field names)."""
+    outcome = Outcome(
+        request_id=m.request_id,
+        observed_at=m.observed_at,
+        queue_delay_s=m.queue_delay_s,
+        throughput=m.throughput,
+        completion_time_s=m.completion_time_s,
+        slo_met=m.slo_met,
+        failure=FailureKind(m.failure),
+        production=_production(m.production),
+    )
+    return outcome, bytes(outcome_to_pb(outcome).SerializeToString())
 
 
 def mirror_from_json(body: bytes) -> tuple[MirrorRequest, bytes]:
@@ -55,18 +69,23 @@ def mirror_from_json(body: bytes) -> tuple[MirrorRequest, bytes]:
         m = MirrorRequestModel.model_validate_json(body)
     except pydantic.ValidationError as exc:
         raise invalid_from_pydantic(exc) from exc
+    request = request_from_model(m)
+    return request, _encode_mirror(request)
+
+
+def request_from_model(m: MirrorRequestModel | structs.MirrorRequest) -> MirrorRequest:
+    """The contract request from a parsed body (pydantic or msgspec: the same field names)."""
     w = m.workload
-    request = MirrorRequest(
+    return MirrorRequest(
         schema_version=m.schema_version,
         request_id=m.request_id,
         request_time=m.request_time,
-        state=_state(m.state),
+        state=state_from_columns(m.state),
         workload=workload_from_fields(w, WorkloadKind(w.kind), w.slo_seconds, w.work_units),
         options=options_from_columns(m.options),
         production=_production(m.production),
         quota_remaining=m.quota_remaining,
     )
-    return request, _encode_mirror(request)
 
 
 def _encode_mirror(request: MirrorRequest) -> bytes:
@@ -81,17 +100,7 @@ def outcome_from_json(body: bytes) -> tuple[Outcome, bytes]:
         m = OutcomeModel.model_validate_json(body)
     except pydantic.ValidationError as exc:
         raise invalid_from_pydantic(exc) from exc
-    outcome = Outcome(
-        request_id=m.request_id,
-        observed_at=m.observed_at,
-        queue_delay_s=m.queue_delay_s,
-        throughput=m.throughput,
-        completion_time_s=m.completion_time_s,
-        slo_met=m.slo_met,
-        failure=FailureKind(m.failure),
-        production=_production(m.production),
-    )
-    return outcome, bytes(outcome_to_pb(outcome).SerializeToString())
+    return outcome_from_model(m)
 
 
 def mirror_to_json(request: MirrorRequest) -> bytes:

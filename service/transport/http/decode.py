@@ -16,17 +16,11 @@ still what the scorer would decode from the journal (``canonical=True``).
 from __future__ import annotations
 
 from service.contract import (
-    FailureKind,
     MirrorRequest,
     Outcome,
-    ProductionDecision,
-    WorkloadKind,
 )
-from service.contract.actions import options_from_columns
-from service.contract.state import state_from_columns
-from service.contract.workload import workload_from_fields
 from service.transport.http import convert, structs
-from service.wire.convert import mirror_request_from_pb, outcome_to_pb
+from service.wire.convert import mirror_request_from_pb
 from service.wire.understudy.v1 import contract_pb2 as pb
 
 _KIND = {
@@ -85,7 +79,7 @@ def mirror_from_json(body: bytes) -> tuple[MirrorRequest, bytes]:
     except (structs.Refused, *_UNSTORABLE):
         _, payload = convert.mirror_from_json(body)  # refuses, naming the field
         return mirror_request_from_pb(pb.MirrorRequest.FromString(payload)), payload
-    return _mirror(m), payload
+    return convert.request_from_model(m), payload
 
 
 def outcome_from_json(body: bytes) -> tuple[Outcome, bytes]:
@@ -98,35 +92,7 @@ def outcome_from_json(body: bytes) -> tuple[Outcome, bytes]:
         m = structs.OUTCOME.decode(body)
     except structs.Refused:
         return convert.outcome_from_json(body)
-    outcome = Outcome(
-        request_id=m.request_id,
-        observed_at=m.observed_at,
-        queue_delay_s=m.queue_delay_s,
-        throughput=m.throughput,
-        completion_time_s=m.completion_time_s,
-        slo_met=m.slo_met,
-        failure=FailureKind(m.failure),
-        production=_production(m.production),
-    )
-    return outcome, outcome_to_pb(outcome).SerializeToString()
-
-
-def _production(p: structs.ProductionDecision | None) -> ProductionDecision | None:
-    return None if p is None else ProductionDecision(option=p.option, propensity=p.propensity)
-
-
-def _mirror(m: structs.MirrorRequest) -> MirrorRequest:
-    w = m.workload
-    return MirrorRequest(
-        schema_version=m.schema_version,
-        request_id=m.request_id,
-        request_time=m.request_time,
-        state=state_from_columns(m.state),
-        workload=workload_from_fields(w, WorkloadKind(w.kind), w.slo_seconds, w.work_units),
-        options=options_from_columns(m.options),
-        production=_production(m.production),
-        quota_remaining=m.quota_remaining,
-    )
+    return convert.outcome_from_model(m)
 
 
 def _mirror_pb(m: structs.MirrorRequest) -> pb.MirrorRequest:
