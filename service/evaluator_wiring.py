@@ -65,8 +65,7 @@ from service.storage.evaluation_store import (
 )
 from service.storage.ope_reads import OpeFilter
 from service.storage.outcome_drift_reads import read_placed_outcomes
-from service.wire.convert import mirror_request_from_pb
-from service.wire.understudy.v1 import contract_pb2
+from service.storage.payload import decode_request
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +171,7 @@ def _decoded(
     if payload is None:
         return None
     try:
-        request = mirror_request_from_pb(contract_pb2.MirrorRequest.FromString(payload))
+        request = decode_request(payload)
     except (DecodeError, InvalidInput) as err:
         log.warning("logged request could not be decoded for evaluation: %s", err)
         return None

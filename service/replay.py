@@ -18,8 +18,7 @@ from service.contract.errors import NotFound
 from service.pipeline.scoring import ScoredDecision, score_requests
 from service.policies.base import Policy
 from service.storage import decisions_for, load_raw_request, logged_request
-from service.wire.convert import mirror_request_from_pb
-from service.wire.understudy.v1 import contract_pb2
+from service.storage.payload import decode_request
 
 
 @dataclass(frozen=True)
@@ -65,7 +64,7 @@ def replay_decision(
 ) -> ReplayComparison:
     """Recompute `policy`'s decision on a logged request and compare it with the log."""
     payload = load_raw_request(engine, request_id)
-    request = mirror_request_from_pb(contract_pb2.MirrorRequest.FromString(payload))
+    request = decode_request(payload)
     logged = [d for d in decisions_for(engine, request_id) if d.policy_name == policy.name]
     if not logged:
         raise NotFound(f"no decision of policy `{policy.name}` on request `{request_id}`")

@@ -34,8 +34,7 @@ from service.policies.errors import PolicyLoadError
 from service.policies.manifest import MANIFEST_FILE, load_manifest
 from service.storage.calibration_reads import CalibrationRows, read_calibration
 from service.storage.ope_reads import OpeFilter
-from service.wire.convert import mirror_request_from_pb
-from service.wire.understudy.v1 import contract_pb2
+from service.storage.payload import decode_request
 
 TIME_WINDOW_S = 3600.0
 """Width of the time-window slice (hour of receipt)."""
@@ -48,7 +47,7 @@ def _hardware(rows: CalibrationRows) -> NDArray[np.str_]:
     out = []
     for payload, option in zip(rows.payload or [], rows.chosen_option, strict=False):
         try:
-            request = mirror_request_from_pb(contract_pb2.MirrorRequest.FromString(payload))
+            request = decode_request(payload)
             node = int(request.options.nodes_of(int(option))[0])
             out.append(request.state.hardware_of(node).name)
         except (DecodeError, InvalidInput, IndexError):

@@ -29,9 +29,7 @@ from service.policies.predictor_features import PREDICTOR_FEATURES
 from service.storage import tables as t
 from service.storage.engine import unavailable_on_failure
 from service.storage.ope_reads import OpeLog
-from service.storage.payload import decompress, join_state
-from service.wire.convert import mirror_request_from_pb
-from service.wire.understudy.v1 import contract_pb2
+from service.storage.payload import decode_request, stored_payload
 
 PREDICTOR = "learned-outcome"
 """The predictor whose quantiles the failure modes use (trained on simulated logs)."""
@@ -100,11 +98,7 @@ def read_requests(engine: Engine, request_ids: Sequence[str]) -> dict[str, Mirro
                 .order_by(r.c.request_time)
             )
             for rid, payload, offset, state in conn.execute(query):
-                raw = join_state(
-                    decompress(payload), decompress(state) if state is not None else None, offset
-                )
-                msg = contract_pb2.MirrorRequest.FromString(raw)
-                out[str(rid)] = mirror_request_from_pb(msg)
+                out[str(rid)] = decode_request(stored_payload(payload, offset, state))
     return out
 
 

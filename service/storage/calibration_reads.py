@@ -31,7 +31,7 @@ from sqlalchemy import Engine, Float, and_, cast, extract, func, select
 from service.storage import tables as t
 from service.storage.engine import unavailable_on_failure
 from service.storage.ope_reads import OpeFilter, filter_conditions
-from service.storage.payload import decompress, join_state
+from service.storage.payload import stored_payload
 
 TARGETS: dict[str, tuple[str, str, str]] = {
     "throughput": ("throughput_q10", "throughput_q50", "throughput_q90"),
@@ -212,13 +212,9 @@ def _rows(
         request_id=strings("request_id"),
         chosen_option=np.array([int(k[0].chosen_option) for k in kept], dtype=np.int64),
         payload=[
-            join_state(decompress(k[0].payload_zstd), _state(k[0]), k[0].state_offset) for k in kept
+            stored_payload(k[0].payload_zstd, k[0].state_offset, k[0].state_zstd) for k in kept
         ]
         if with_payload
         else None,
         unmatched=unmatched,
     )
-
-
-def _state(row: Any) -> bytes | None:
-    return None if row.state_zstd is None else decompress(row.state_zstd)

@@ -28,7 +28,7 @@ from service.protocols.rounds import QualityCounts
 from service.storage import tables as t
 from service.storage.convert import unpack_probabilities
 from service.storage.engine import unavailable_on_failure
-from service.storage.payload import decompress, join_state
+from service.storage.payload import stored_payload
 
 
 @dataclass(frozen=True, eq=False)
@@ -154,8 +154,7 @@ def joined_rounds(
     for row in rows:
         raw = None
         if with_payload and row[16] is not None:
-            state = decompress(row[18]) if row[18] is not None else None
-            raw = join_state(decompress(row[16]), state, row[17])
+            raw = stored_payload(row[16], row[17], row[18])
         out.append(
             JoinedRound(
                 request_id=row[0],

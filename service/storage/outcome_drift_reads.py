@@ -19,7 +19,7 @@ from service.contract import MirrorRequest, Outcome, ProductionDecision
 from service.storage import tables as t
 from service.storage.engine import unavailable_on_failure
 from service.storage.ope_reads import OpeFilter, filter_conditions
-from service.storage.reviewer_reads import decode_request, stored_payload
+from service.storage.payload import decode_request, stored_payload
 
 
 def read_placed_outcomes(

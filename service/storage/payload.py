@@ -24,6 +24,10 @@ from dataclasses import dataclass
 
 import zstandard
 
+from service.contract import MirrorRequest
+from service.wire.convert import mirror_request_from_pb
+from service.wire.understudy.v1 import contract_pb2
+
 STATE_FIELD = 4
 """Field number of ``state`` in ``understudy.v1.MirrorRequest``."""
 
@@ -152,6 +156,18 @@ def join_state(rest: bytes, state: bytes | None, offset: int | None) -> bytes:
     if state is None or offset is None:
         return rest
     return rest[:offset] + _state_header(len(state)) + state + rest[offset:]
+
+
+def stored_payload(payload_zstd: bytes, offset: int | None, state_zstd: bytes | None) -> bytes:
+    """The journal payload as Runtime sent it, from its stored parts (``requests.payload_zstd``,
+    ``requests.state_offset`` and the snapshot's ``state_zstd``, None when not split)."""
+    state = decompress(state_zstd) if state_zstd is not None else None
+    return join_state(decompress(payload_zstd), state, offset)
+
+
+def decode_request(payload: bytes) -> MirrorRequest:
+    """The logged request, decoded by the converter ingest used."""
+    return mirror_request_from_pb(contract_pb2.MirrorRequest.FromString(payload))
 
 
 def snapshot_hash(state: bytes) -> bytes:

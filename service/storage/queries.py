@@ -18,7 +18,7 @@ from service.contract.errors import NotFound
 from service.storage import tables as t
 from service.storage.convert import unpack_probabilities, unpack_scores
 from service.storage.engine import unavailable_on_failure
-from service.storage.payload import decompress, join_state
+from service.storage.payload import stored_payload
 
 
 @dataclass(frozen=True, eq=False)
@@ -207,8 +207,7 @@ def load_raw_request(engine: Engine, request_id: str) -> bytes:
     payload_zstd, offset, state_zstd = row
     if offset is not None and state_zstd is None:
         raise NotFound(f"cluster-state snapshot of request {request_id!r} is missing")
-    state = decompress(state_zstd) if state_zstd is not None else None
-    return join_state(decompress(payload_zstd), state, offset)
+    return stored_payload(payload_zstd, offset, state_zstd)
 
 
 def reused_request_ids(engine: Engine, *, limit: int = 100) -> list[tuple[str, int]]:

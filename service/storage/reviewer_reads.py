@@ -28,11 +28,9 @@ from service.contract import (
 )
 from service.protocols import ProtocolEvent
 from service.storage import tables as t
-from service.storage.payload import decompress, join_state
+from service.storage.payload import decode_request, stored_payload
 from service.storage.protocol_store import event_from_row, protocol_events, protocol_versions
 from service.storage.reviewer_query import DecisionFilter, DecisionKey, DecisionQuery, microseconds
-from service.wire.convert import mirror_request_from_pb
-from service.wire.understudy.v1 import contract_pb2
 
 HARDWARE_SCAN_FACTOR = 10
 """With a ``hardware_class`` filter, a page scans up to this many rows per row asked for
@@ -275,17 +273,6 @@ def _key(m: Any) -> DecisionKey:
     return DecisionKey(
         microseconds(m["request_time"]), m["request_id"], m["policy_name"], m["policy_version"]
     )
-
-
-def stored_payload(payload_zstd: bytes, offset: int | None, state_zstd: bytes | None) -> bytes:
-    """The journal payload as Runtime sent it, from its stored parts (see `payload`)."""
-    state = decompress(state_zstd) if state_zstd is not None else None
-    return join_state(decompress(payload_zstd), state, offset)
-
-
-def decode_request(payload: bytes) -> MirrorRequest:
-    """The logged request, decoded by the converter ingest used."""
-    return mirror_request_from_pb(contract_pb2.MirrorRequest.FromString(payload))
 
 
 def chosen_hardware(request: MirrorRequest, option: int) -> set[str]:

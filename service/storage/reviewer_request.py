@@ -28,14 +28,13 @@ from service.contract import (
 )
 from service.storage import tables as t
 from service.storage.convert import unpack_probabilities, unpack_scores
+from service.storage.payload import decode_request, stored_payload
 from service.storage.queries import LoggedDecision
 from service.storage.reviewer_reads import (
     ExperimentItem,
-    decode_request,
     experiment_item,
     experiments_view,
     seconds,
-    stored_payload,
 )
 
 
