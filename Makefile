@@ -2,6 +2,9 @@
 #   make demo       create .venv, install, run the end-to-end demo
 #   make test       create .venv, install test needs (promtool too), run the whole suite
 #   make test-fast  skip the slow statistical and fault tests
+#   make test-busy  the slow and live tests while a CPU hog keeps every core busy
+#                   (tools/test_busy.sh; the hog stops by itself after HOG_MAX_S s,
+#                   default 3600, and is killed when pytest ends)
 #   make lint       ruff, mypy, and the generated-code staleness check
 #   make bench      benchmarks against the stack's raw limits (BENCH_ARGS=--quick: smoke run)
 #   make bench-long the same, with 5 minutes of overload for the RSS benchmark
@@ -13,7 +16,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast lint bench bench-long proto check-tools clean
+.PHONY: demo test test-fast test-busy lint bench bench-long proto check-tools clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -49,6 +52,9 @@ test: $(STAMP) check-tools
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+test-busy: $(STAMP) check-tools
+	PY=$(PY) tools/test_busy.sh $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check service tests benchmarks tools docker/grafana

@@ -31,6 +31,14 @@ if os.environ.get("CI"):
 __all__ = ["TEMPLATE", "db_url", "fresh_db", "pg_dir", "pg_home", "pg_server"]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Register `live`: tests that drive a real service and wait on it (make test-busy)."""
+    config.addinivalue_line(
+        "markers",
+        "live: drives a real service and waits on what it does; run under load by make test-busy",
+    )
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """The real data sets; the suite needs them (CI lays ../shared beside the clone)."""
