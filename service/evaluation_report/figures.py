@@ -2,7 +2,10 @@
 
 matplotlib's Agg canvas is attached to each figure (no pyplot, no global
 backend), as in ``service.evidence.plots``. A policy that is not identifiable
-is drawn as an empty row labelled "not identifiable", never as a number.
+is drawn as an empty row labelled "not identifiable", never as a number. An
+estimate marked by ``marks`` (outside the reward's range, too thin) is drawn
+grey and hollow with its interval clipped to the range, and its row label
+says why; the reward's finite bounds are drawn as dotted lines.
 """
 
 from __future__ import annotations
@@ -15,8 +18,12 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from service.evaluation_report.marks import MarkKind, RewardRange, mark_result, range_of
 from service.evaluation_report.ope_run import SLICE_TITLES, OpeReport, PolicyReport
-from service.ope import Estimate, Result
+from service.ope import Result
+
+MARK_LABEL = {MarkKind.OUTSIDE_RANGE: "out of range", MarkKind.TOO_THIN: "thin"}
+"""Short row-label suffixes; a clipped bound alone is visible in the plot itself."""
 
 
 def file_name(label: str) -> str:
@@ -30,29 +37,44 @@ def png(fig: Figure) -> bytes:
     return buffer.getvalue()
 
 
-def _forest(title: str, rows: list[tuple[str, Result | None]], reference: float | None) -> bytes:
-    """One row per label: point and interval, or a "not identifiable" note."""
+def _forest(
+    title: str,
+    rows: list[tuple[str, Result | None]],
+    reference: float | None,
+    reward: RewardRange,
+) -> bytes:
+    """One row per label: point and interval, or a "not identifiable" note; marked
+    estimates grey and hollow, their label suffixed with the marks."""
     fig = Figure(figsize=(7.0, 0.45 * len(rows) + 1.4), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.subplots()
-    for y, (_, r) in enumerate(rows):
-        if isinstance(r, Estimate) and math.isfinite(r.value):
-            lo, hi = r.interval.lower, r.interval.upper
-            ax.errorbar(
-                [r.value],
-                [y],
-                xerr=[[r.value - lo], [hi - r.value]] if math.isfinite(lo + hi) else None,
-                fmt="o",
-                capsize=3,
-                color="tab:blue",
-            )
-        else:
+    labels = []
+    for y, (label, r) in enumerate(rows):
+        m = mark_result(r, reward)
+        if m is None or not math.isfinite(m.value):
             note = "no rounds" if r is None else "not identifiable"
             ax.text(0.01, y, note, transform=ax.get_yaxis_transform(), va="center", color="red")
+            labels.append(label)
+            continue
+        colour = "tab:blue" if m.plain else "grey"
+        if math.isfinite(m.lower) and math.isfinite(m.upper):
+            ax.hlines(y, m.lower, m.upper, color=colour, linewidth=1.5)
+            ax.plot([m.lower, m.upper], [y, y], "|", color=colour, markersize=8)
+        face = colour if m.plain else "white"
+        ax.plot([m.value], [y], "o", color=colour, markerfacecolor=face)
+        why = [MARK_LABEL[k] for k in (MarkKind.OUTSIDE_RANGE, MarkKind.TOO_THIN) if k in m.kinds]
+        labels.append(f"{label} ({', '.join(why)})" if why else label)
+    for bound in (reward.lower, reward.upper):
+        if math.isfinite(bound):
+            ax.axvline(bound, color="grey", linestyle=":", linewidth=1)
     if reference is not None and math.isfinite(reference):
         ax.axvline(reference, color="black", linestyle="--", linewidth=1, label="production")
         ax.legend(fontsize=7, loc="best")
-    ax.set_yticks(range(len(rows)), [label for label, _ in rows], fontsize=7)
+    ax.set_yticks(range(len(rows)), labels, fontsize=7)
+    for tick, (_, r) in zip(ax.get_yticklabels(), rows, strict=True):
+        m = mark_result(r, reward)
+        if m is not None and not m.plain:
+            tick.set_color("grey")
     ax.set_ylim(-0.7, len(rows) - 0.3)
     ax.invert_yaxis()
     ax.set_title(title, fontsize=10)
@@ -63,7 +85,8 @@ def estimates_png(report: OpeReport) -> bytes:
     """Every policy's primary estimate and interval, production's observed value as a line."""
     rows = [(p.label, p.primary_result) for p in report.policies]
     title = f"{report.reward.value}: estimates, {report.level:.0%} intervals ({report.provenance})"
-    return _forest(title, rows or [("(no policies)", None)], report.production_value)
+    reward = range_of(report.reward)
+    return _forest(title, rows or [("(no policies)", None)], report.production_value, reward)
 
 
 def slices_png(report: OpeReport, policy: PolicyReport) -> bytes:
@@ -74,7 +97,8 @@ def slices_png(report: OpeReport, policy: PolicyReport) -> bytes:
         for label, result in sorted(by_label.items())
     ]
     title = f"{policy.label} by slice ({policy.primary.value}, {report.provenance})"
-    return _forest(title, rows or [("(no rounds)", None)], report.production_value)
+    reward = range_of(report.reward)
+    return _forest(title, rows or [("(no rounds)", None)], report.production_value, reward)
 
 
 def weights_png(report: OpeReport) -> bytes:

@@ -28,18 +28,23 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from service.evaluation_report import decision
+from service.evaluation_report.decision import TimeRange
 from service.evaluation_report.figures import all_figures
 from service.evaluation_report.limitations import ASSUMPTIONS, limitations
+from service.evaluation_report.marks import THIN_ESS, range_of
 from service.evaluation_report.ope_run import SLICE_TITLES, OpeReport, Provenance
 from service.evaluation_report.sections import ReportSection
 from service.evaluation_report.summary import (
     RESULT_HEAD,
+    difference_mark,
+    estimate_cells,
     fmt,
     interval_text,
     report_json,
-    result_rows,
+    result_table,
 )
-from service.evidence.package import html_table, md_table
+from service.evidence.tables import MARKED_STYLE, Cell, TableCell, html_table, md_table
 from service.ope import Estimate
 
 PROVENANCE_NOTE = {
@@ -47,10 +52,13 @@ PROVENANCE_NOTE = {
     Provenance.SHADOW_LOGGED: "production traffic; candidates never acted (off-policy)",
     Provenance.ONLINE_BOUNDED: "a bound from an online protocol in which the candidate acted",
 }
-SLICE_HEAD = ["policy", "slice", "label", "value", "interval", "n", "ESS", "provenance"]
+SLICE_HEAD = ["policy", "slice", "label", "value", "interval", "n", "ESS", "provenance", "marks"]
 ONLINE_SECTION = "online_bounded"
 """Key of the section that carries online-bounded numbers (``online_section``)."""
-DIFF_HEAD = ["policy", "estimator", "policy − production", "n", "provenance", "verdict"]
+DIFF_HEAD = ["policy", "estimator", "policy − production", "n", "provenance", "verdict", "marks"]
+ESTIMATES_FIGURE = "estimates.png"
+"""Shown in the decision summary; every other figure under "Figures"."""
+Table = tuple[str, list[str], list[list[TableCell]]]
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,43 +82,50 @@ class OpePackage:
         return path
 
 
-def _facts(report: OpeReport, source: str, created_at: float) -> list[tuple[str, str]]:
+def _facts(
+    report: OpeReport, source: str, created_at: float, span: TimeRange | None
+) -> list[tuple[str, str]]:
+    reward = range_of(report.reward)
     return [
+        ("data", "requests received " + (span.text() if span else "(time range not given)")),
         ("source", source),
         ("created", datetime.fromtimestamp(created_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")),
-        ("reward", report.reward.value),
+        ("reward", f"{report.reward.value}, range {reward.text()}"),
         ("joined rounds read", str(report.rounds)),
         ("interval level", f"{report.level:.0%} (normal)"),
         ("provenance", f"{report.provenance.value}: {PROVENANCE_NOTE[report.provenance]}"),
+        (
+            "marks",
+            f"greyed, value in parentheses: outside the reward's range, or effective "
+            f"sample size below {THIN_ESS:g} (too thin); intervals shown clipped to the range",
+        ),
     ]
 
 
-def _diff_rows(report: OpeReport) -> list[list[str]]:
-    return [
-        [
-            p.label,
-            p.primary.value,
-            interval_text(p.vs_production),
-            str(p.n),
-            p.provenance.value,
-            p.verdict,
-        ]
-        for p in report.policies
-    ]
+def _diff_rows(report: OpeReport) -> list[list[TableCell]]:
+    reward = range_of(report.reward)
+    rows: list[list[TableCell]] = []
+    for p in report.policies:
+        m = difference_mark(p, reward)
+        cell: TableCell = interval_text(p.vs_production)
+        if m is not None and not m.plain:
+            cell = Cell(m.interval_text(), m.note)
+        note = "" if m is None else m.note
+        rows.append([p.label, p.primary.value, cell, str(p.n), p.provenance.value, p.verdict, note])
+    return rows
 
 
-def _slice_rows(report: OpeReport, dimension: str) -> list[list[str]]:
-    rows = []
+def _slice_rows(report: OpeReport, dimension: str) -> list[list[TableCell]]:
+    rows: list[list[TableCell]] = []
     name = SLICE_TITLES.get(dimension, dimension)
+    reward = range_of(report.reward)
     for p in report.policies:
         for label, r in sorted(p.slices.get(dimension, {}).items()):
-            if isinstance(r, Estimate):
-                cells = [fmt(r.value), interval_text(r.interval), str(r.n)]
-            else:
-                cells = ["not identifiable", "—", str(r.diagnostics.n)]
-            rows.append(
-                [p.label, name, label, *cells, fmt(r.diagnostics.ess, 3), p.provenance.value]
-            )
+            value, interval, note = estimate_cells(r, reward)
+            n = r.n if isinstance(r, Estimate) else r.diagnostics.n
+            ess = fmt(r.diagnostics.ess, 3)
+            tag = p.provenance.value
+            rows.append([p.label, name, label, value, interval, str(n), ess, tag, note])
     return rows
 
 
@@ -120,10 +135,10 @@ def _dimensions(report: OpeReport) -> list[str]:
     return [d for d in SLICE_TITLES if d in present] + sorted(present - set(SLICE_TITLES))
 
 
-def _sections(report: OpeReport) -> list[tuple[str, list[str], list[list[str]]]]:
-    """(title, head, rows) of every table; a table with no rows is left out."""
-    tables = [
-        ("Estimates per policy", RESULT_HEAD, result_rows(report)),
+def _sections(report: OpeReport) -> list[Table]:
+    """(title, head, rows) of every full table; a table with no rows is left out."""
+    tables: list[Table] = [
+        ("Estimates per policy", [*RESULT_HEAD, "marks"], result_table(report)),
         ("Difference to production (paired, same rounds)", DIFF_HEAD, _diff_rows(report)),
     ]
     tables += [
@@ -143,15 +158,45 @@ def _check_sections(sections: Sequence[ReportSection], figures: Mapping[str, byt
         raise ValueError(f"figure names used twice: {clash}")
 
 
+@dataclass(frozen=True, eq=False)
+class _Page:
+    """Everything the Markdown and the HTML lay out, in page order."""
+
+    facts: list[tuple[str, str]]
+    production: str
+    general: list[str]
+    decisions: list[list[TableCell]]
+    binding: list[tuple[str, list[str]]]
+    tables: list[Table]
+    figures: list[str]
+    extra: Sequence[ReportSection]
+    findings: list[str]
+
+
+def _production_line(report: OpeReport) -> str:
+    if report.production_value is None:
+        return "Production: no observed reward in this window."
+    n = report.production.n if report.production else 0
+    return (
+        f"Production (observed, on-policy): {fmt(report.production_value)} "
+        f"{interval_text(report.production)} over {n} rounds; the dashed line in the plot."
+    )
+
+
 def build_ope_package(
     report: OpeReport,
     *,
     source: str,
     created_at: float | None = None,
     sections: Sequence[ReportSection] = (),
+    span: TimeRange | None = None,
 ) -> OpePackage:
     """The package of `report`, read from `source` (e.g. the database and the filter),
-    with the extra `sections` laid out after the OPE tables, in the order given."""
+    with the extra `sections` laid out after the OPE tables, in the order given.
+
+    `span` is the time range of the data read (``decision.time_range(log.received_at)``),
+    shown in the header; without it the header says it was not given.
+    """
     when = datetime.now(UTC).timestamp() if created_at is None else created_at
     own = all_figures(report)
     _check_sections(sections, own)
@@ -163,76 +208,98 @@ def build_ope_package(
         **report_json(report),
         "source": source,
         "created_at": when,
+        "time_range": None if span is None else {"first": span.first, "last": span.last},
         "limitations": findings,
         "assumptions": list(ASSUMPTIONS),
         "figures": sorted(figures),
         "sections": {s.key: {"title": s.title, **s.results} for s in sections},
     }
-    facts = _facts(report, source, when)
-    tables = _sections(report)
-    return OpePackage(
-        results=results,
-        markdown=_markdown(facts, tables, own, sections, findings),
-        html=_html(facts, tables, own, sections, findings),
-        figures=figures,
+    page = _Page(
+        facts=_facts(report, source, when, span),
+        production=_production_line(report),
+        general=decision.general_findings(report),
+        decisions=decision.decision_rows(report),
+        binding=[(p.label, decision.binding(report, p)) for p in report.policies],
+        tables=_sections(report),
+        figures=sorted(n for n in own if n != ESTIMATES_FIGURE),
+        extra=sections,
+        findings=findings,
     )
+    return OpePackage(results=results, markdown=_markdown(page), html=_html(page), figures=figures)
 
 
 TITLE = "Off-policy evaluation evidence"
+FULL_TABLES = "Full tables"
 
 
-def _markdown(
-    facts: list[tuple[str, str]],
-    sections: list[tuple[str, list[str], list[list[str]]]],
-    figures: Mapping[str, bytes],
-    extra: Sequence[ReportSection],
-    findings: list[str],
-) -> str:
+def _markdown(page: _Page) -> str:
     lines = [f"# {TITLE}", ""]
-    lines += [f"- **{k}**: {v}" for k, v in facts]
-    for title, head, rows in sections:
-        lines += ["", f"## {title}", "", *md_table(head, rows)]
+    lines += [f"- **{k}**: {v}" for k, v in page.facts]
+    lines += ["", f"## {decision.TITLE}", "", page.production, ""]
+    lines += [f"- {g}" for g in page.general]
+    lines += ["", *md_table(decision.HEAD, page.decisions), ""]
+    lines += [f"![{ESTIMATES_FIGURE}](figures/{ESTIMATES_FIGURE})"]
+    lines += ["", "### What binds each verdict"]
+    for label, found in page.binding:
+        lines += ["", f"**{label}**", ""]
+        lines += [f"- {f}" for f in found] or ["- nothing beyond the assumptions below"]
+    lines += ["", f"## {FULL_TABLES}"]
+    for title, head, rows in page.tables:
+        lines += ["", f"### {title}", "", *md_table(head, rows)]
     lines += ["", "## Figures", ""]
-    lines += [f"![{name}](figures/{name})" for name in sorted(figures)]
-    for s in extra:
+    lines += [f"![{name}](figures/{name})" for name in page.figures]
+    for s in page.extra:
         lines += ["", f"## {s.title}", "", s.markdown.rstrip()]
     lines += ["", "## Known limitations and assumptions", "", "### Found in this data", ""]
-    lines += [f"- {f}" for f in findings]
+    lines += [f"- {f}" for f in page.findings]
     lines += ["", "### Assumed throughout", ""]
     lines += [f"- {a}" for a in ASSUMPTIONS]
     return "\n".join(lines) + "\n"
 
 
-def _html(
-    facts: list[tuple[str, str]],
-    sections: list[tuple[str, list[str], list[list[str]]]],
-    figures: Mapping[str, bytes],
-    extra: Sequence[ReportSection],
-    findings: list[str],
-) -> str:
-    facts_html = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in facts)
-    tables = "".join(
-        f"<h2>{html.escape(title)}</h2>{html_table(head, rows)}" for title, head, rows in sections
+def _items(texts: Sequence[str]) -> str:
+    return "<ul>" + "".join(f"<li>{html.escape(t)}</li>" for t in texts) + "</ul>"
+
+
+def _figure(name: str) -> str:
+    n = html.escape(name)
+    return f'<figure><img alt="{n}" src="figures/{n}"/><figcaption>{n}</figcaption></figure>'
+
+
+STYLE = (
+    "body{font-family:sans-serif;max-width:80em;margin:auto;padding:0 1em}"
+    "table{border-collapse:collapse;margin-bottom:1em}"
+    "td,th{border:1px solid #ccc;padding:2px 6px;vertical-align:top}"
+    "td{white-space:nowrap}td:last-child,td.wrap{white-space:normal;min-width:16em}"
+    "img{max-width:100%}figure{margin:1em 0}"
+    "dl.binding dt{font-weight:bold;margin-top:.5em}dl.binding dd{margin-left:1.5em}"
+    "section.decision{border:2px solid #444;padding:0 1em;margin:1em 0}" + MARKED_STYLE
+)
+
+
+def _html(page: _Page) -> str:
+    facts = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in page.facts)
+    binding = "".join(
+        f"<dt>{html.escape(label)}</dt><dd>"
+        f"{_items(found) if found else 'nothing beyond the assumptions below'}</dd>"
+        for label, found in page.binding
     )
-    images = "".join(
-        f'<figure><img alt="{html.escape(n)}" src="figures/{html.escape(n)}"/>'
-        f"<figcaption>{html.escape(n)}</figcaption></figure>"
-        for n in sorted(figures)
+    summary = (
+        f'<section class="decision"><h2>{decision.TITLE}</h2>'
+        f"<p>{html.escape(page.production)}</p>{_items(page.general)}"
+        f"{html_table(decision.HEAD, page.decisions)}{_figure(ESTIMATES_FIGURE)}"
+        f'<h3>What binds each verdict</h3><dl class="binding">{binding}</dl></section>'
     )
-    bodies = "".join(f"<h2>{html.escape(s.title)}</h2>{s.html}" for s in extra)
-    found = "".join(f"<li>{html.escape(f)}</li>" for f in findings)
-    assumed = "".join(f"<li>{html.escape(a)}</li>" for a in ASSUMPTIONS)
-    style = (
-        "body{font-family:sans-serif;max-width:70em;margin:auto}"
-        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}"
-        "img{max-width:100%}"
-    )
+    tables = "".join(f"<h3>{html.escape(t)}</h3>{html_table(h, r)}" for t, h, r in page.tables)
+    images = "".join(_figure(n) for n in page.figures)
+    bodies = "".join(f"<h2>{html.escape(s.title)}</h2>{s.html}" for s in page.extra)
     return (
         "<!doctype html><html><head><meta charset='utf-8'>"
-        f"<title>{TITLE}</title><style>{style}</style></head><body>"
-        f"<h1>{TITLE}</h1><ul>{facts_html}</ul>{tables}"
+        f"<title>{TITLE}</title><style>{STYLE}</style></head><body>"
+        f"<h1>{TITLE}</h1><ul>{facts}</ul>{summary}"
+        f"<h2>{FULL_TABLES}</h2>{tables}"
         f"<h2>Figures</h2>{images}{bodies}"
         "<h2>Known limitations and assumptions</h2>"
-        f"<h3>Found in this data</h3><ul>{found}</ul>"
-        f"<h3>Assumed throughout</h3><ul>{assumed}</ul></body></html>"
+        f"<h3>Found in this data</h3>{_items(page.findings)}"
+        f"<h3>Assumed throughout</h3>{_items(ASSUMPTIONS)}</body></html>"
     )

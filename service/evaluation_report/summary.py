@@ -2,7 +2,10 @@
 
 Every number in the JSON sits next to its ``provenance``; intervals are
 ``{lower, upper, level, method, n}``; a refusal is ``{"identifiable": false,
-"reason": ...}`` with no value. Infinite bounds become None.
+"reason": ...}`` with no value. Infinite bounds become None. An estimate outside
+the reward's range or too thin to mean anything (``marks``) carries ``marks``
+(kind and text) and ``shown_interval`` (clipped to the range); tables show its
+value in parentheses and its interval clipped (``marks`` module docstring).
 """
 
 from __future__ import annotations
@@ -10,7 +13,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from service.evaluation_report.marks import (
+    UNKNOWN_RANGE,
+    Marked,
+    RewardRange,
+    mark_interval,
+    mark_result,
+    range_of,
+)
 from service.evaluation_report.ope_run import OpeReport, PolicyReport
+from service.evidence.tables import Cell, TableCell
 from service.ope import Diagnostics, Estimate, Interval, Result
 
 FORMAT = "understudy-ope/v1"
@@ -75,8 +87,18 @@ def diagnostics_json(d: Diagnostics) -> dict[str, Any]:
     }
 
 
-def result_json(r: Result, provenance: str) -> dict[str, Any]:
-    """An estimate or refusal as JSON."""
+def marks_json(m: Marked | None) -> dict[str, Any]:
+    """``marks`` and ``shown_interval`` of a marked estimate; nothing when plain."""
+    if m is None or m.plain:
+        return {}
+    return {
+        "marks": [{"kind": k.kind.value, "text": k.text} for k in m.marks],
+        "shown_interval": {"lower": _num(m.lower), "upper": _num(m.upper)},
+    }
+
+
+def result_json(r: Result, provenance: str, reward: RewardRange = UNKNOWN_RANGE) -> dict[str, Any]:
+    """An estimate or refusal as JSON; `reward` is the range its marks are judged by."""
     if isinstance(r, Estimate):
         return {
             "identifiable": True,
@@ -88,6 +110,7 @@ def result_json(r: Result, provenance: str) -> dict[str, Any]:
             "caveats": list(r.caveats),
             "diagnostics": diagnostics_json(r.diagnostics),
             "provenance": provenance,
+            **marks_json(mark_result(r, reward)),
         }
     return {
         "identifiable": False,
@@ -98,8 +121,19 @@ def result_json(r: Result, provenance: str) -> dict[str, Any]:
     }
 
 
-def policy_json(p: PolicyReport) -> dict[str, Any]:
-    """One policy's report as JSON."""
+def difference_mark(p: PolicyReport, reward: RewardRange) -> Marked | None:
+    """The marks of (policy − production): the difference's range, the primary's ESS."""
+    primary = p.primary_result
+    if p.vs_production is None or not isinstance(primary, Estimate):
+        return None
+    middle = (p.vs_production.lower + p.vs_production.upper) / 2
+    return mark_interval(
+        middle, p.vs_production, ess=primary.diagnostics.ess, reward=reward.difference()
+    )
+
+
+def policy_json(p: PolicyReport, reward: RewardRange = UNKNOWN_RANGE) -> dict[str, Any]:
+    """One policy's report as JSON; `reward` is the range its marks are judged by."""
     tag = p.provenance.value
     return {
         "policy": p.policy[0],
@@ -113,13 +147,17 @@ def policy_json(p: PolicyReport) -> dict[str, Any]:
         "infeasible_favourite_share": _num(p.infeasible_favourites),
         "timeout_share": _num(p.timeout_share),
         "primary": p.primary.value,
-        "estimates": {e.value: result_json(r, tag) for e, r in p.results.items()},
+        "estimates": {e.value: result_json(r, tag, reward) for e, r in p.results.items()},
         "vs_production": None
         if p.vs_production is None
-        else {**(interval_json(p.vs_production) or {}), "provenance": tag},
+        else {
+            **(interval_json(p.vs_production) or {}),
+            "provenance": tag,
+            **marks_json(difference_mark(p, reward)),
+        },
         "verdict": p.verdict,
         "slices": {
-            dim: {k: result_json(r, tag) for k, r in by_label.items()}
+            dim: {k: result_json(r, tag, reward) for k, r in by_label.items()}
             for dim, by_label in p.slices.items()
         },
     }
@@ -127,9 +165,11 @@ def policy_json(p: PolicyReport) -> dict[str, Any]:
 
 def report_json(report: OpeReport) -> dict[str, Any]:
     """The whole report as JSON (``results.json``)."""
+    reward = range_of(report.reward)
     return {
         "format": FORMAT,
         "reward": report.reward.value,
+        "reward_range": {"lower": _num(reward.lower), "upper": _num(reward.upper)},
         "level": report.level,
         "rounds": report.rounds,
         "provenance": report.provenance.value,
@@ -139,13 +179,32 @@ def report_json(report: OpeReport) -> dict[str, Any]:
             "basis": "observed on-policy",
             "provenance": report.provenance.value,
         },
-        "policies": [policy_json(p) for p in report.policies],
+        "policies": [policy_json(p, reward) for p in report.policies],
     }
 
 
-def result_rows(report: OpeReport) -> list[list[str]]:
-    """One table row per policy and estimator (a refusal prints its reason, no number)."""
-    rows = [
+def estimate_cells(r: Result | None, reward: RewardRange) -> tuple[TableCell, TableCell, str]:
+    """Value cell, interval cell and marks text of one result, as every table shows it:
+    a plain number, a greyed `Cell` (value in parentheses, interval clipped) with its
+    marks, or "not identifiable" with no number."""
+    m = mark_result(r, reward)
+    if m is None:
+        return ("—" if r is None else "not identifiable"), "—", ""
+    if m.plain:
+        return m.value_text(), m.interval_text(), ""
+    return Cell(m.value_text(), m.note), Cell(m.interval_text(), m.note), m.note
+
+
+def text(cell: TableCell) -> str:
+    """A cell's text (a terminal has no grey)."""
+    return cell.text if isinstance(cell, Cell) else cell
+
+
+def result_table(report: OpeReport) -> list[list[TableCell]]:
+    """One row per policy and estimator, columns `RESULT_HEAD` plus ``marks``
+    (a refusal prints "not identifiable", no number)."""
+    reward = range_of(report.reward)
+    rows: list[list[TableCell]] = [
         [
             "production (observed)",
             "on-policy mean",
@@ -156,29 +215,33 @@ def result_rows(report: OpeReport) -> list[list[str]]:
             "—",
             report.provenance.value,
             "",
+            "",
         ]
     ]
     for p in report.policies:
         if not p.results:
-            rows.append([p.label, "—", "—", "—", "0", "—", "—", p.provenance.value, p.verdict])
+            rows.append([p.label, "—", "—", "—", "0", "—", "—", p.provenance.value, p.verdict, ""])
         for est, r in p.results.items():
-            verdict = p.verdict if est is p.primary else ""
             d = r.diagnostics
-            if isinstance(r, Estimate):
-                value, interval, n = fmt(r.value), interval_text(r.interval), str(r.n)
-            else:
-                value, interval, n = "not identifiable", "—", str(d.n)
+            value, interval, note = estimate_cells(r, reward)
             rows.append(
                 [
                     p.label,
                     est.value,
                     value,
                     interval,
-                    n,
+                    str(r.n if isinstance(r, Estimate) else d.n),
                     fmt(d.ess, 3),
                     fmt(d.max_weight, 3),
                     p.provenance.value,
-                    verdict,
+                    p.verdict if est is p.primary else "",
+                    note,
                 ]
             )
     return rows
+
+
+def result_rows(report: OpeReport) -> list[list[str]]:
+    """`result_table` as text, without the marks column (the terminal table): a marked
+    value is in parentheses and its interval clipped to the reward's range."""
+    return [[text(c) for c in row[:-1]] for row in result_table(report)]

@@ -26,8 +26,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from service.evidence.plots import trajectory_png
+from service.evidence.tables import html_table, md_table
 from service.protocols import ProtocolEvent, RecordedProtocol
 from service.protocols.criteria import Evaluation
+
+__all__ = ["FORMAT", "EvidencePackage", "Judged", "build_package", "html_table", "md_table"]
 
 FORMAT = "understudy-evidence/v1"
 
@@ -177,15 +180,6 @@ def _criteria(latest: Mapping[str, Judged]) -> list[list[str]]:
     ]
 
 
-def md_table(head: list[str], rows: list[list[str]]) -> list[str]:
-    def cell(s: str) -> str:
-        return s.replace("|", "\\|").replace("\n", " ")
-
-    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    out += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
-    return out
-
-
 def _markdown(
     record: RecordedProtocol,
     events: Sequence[ProtocolEvent],
@@ -207,14 +201,6 @@ def _markdown(
     doc = json.dumps(record.document, indent=2, sort_keys=True)
     lines += ["", "## Protocol (the locked document)", "", "```json", doc, "```", ""]
     return "\n".join(lines)
-
-
-def html_table(head: list[str], rows: list[list[str]]) -> str:
-    th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows
-    )
-    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _html(
