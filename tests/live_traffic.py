@@ -27,12 +27,23 @@ def send_events(service: Service, token: str, events: Sequence[MirrorRequest | O
         assert client.flush(60)
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 120.0) -> None:
-    """Poll `condition` until true; fail naming `what` after `timeout_s`."""
+def wait_for(
+    condition: Callable[[], bool], what: str | Callable[[], str], timeout_s: float = 120.0
+) -> None:
+    """Poll `condition` until true: the test waits on the condition itself, not on a time.
+
+    `timeout_s` is only a hang guard, far above what a loaded machine needs;
+    when it trips, the failure says `what` (called then, when it is a function,
+    so it can report what it saw).
+    """
     deadline = time.monotonic() + timeout_s
     while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
+        if time.monotonic() >= deadline:
+            raise AssertionError(
+                f"still waiting after {timeout_s:.0f} s (hang guard): "
+                + (what() if callable(what) else what)
+            )
+        time.sleep(0.1)  # the poll interval of a condition wait, not a synchronisation
 
 
 def wait_drained(service: Service, timeout_s: float = 120.0) -> None:

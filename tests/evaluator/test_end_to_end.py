@@ -12,11 +12,15 @@ over HTTP by its owner. Then:
   and the stored evaluation agree on the criterion's value and bound;
 - the evidence snapshot of the stop is stored (protocol hash, timeline, plot);
 - the candidate's decisions stop while the other policies go on.
+
+Nothing here races a clock: a bounded amount of traffic is sent, the test
+waits until every outcome is joined and the evaluator has folded every
+joined round (or stopped), then asserts. The hang guards only catch a hung
+service and say what they saw.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -25,18 +29,20 @@ import pytest
 
 from service.app import Service
 from service.auth import token_digest
-from service.contract import MirrorRequest
-from service.demo import simulated_runtime
+from service.contract import MirrorRequest, Outcome
+from service.environment import World, load_scenario, log_episode
 from service.evaluator_wiring import wire_evaluator
 from service.pipeline.candidate_gate import CandidateGate
 from service.pipeline.evaluator import Evaluator, EvaluatorConfig
 from service.policies.registry import load_registry
+from service.protocols.criteria import Evaluation, Status
 from service.settings import Settings
 from service.storage import count_decisions
 from service.storage.evaluation_store import EvaluationStore
+from service.storage.outcomes import count_joined_outcomes
 from tests.evaluator.conftest import protocol_doc
 from tests.evaluator.harmful import NAME, VERSION, SlowestThroughput, gated_registry
-from tests.live_traffic import send_events
+from tests.live_traffic import send_events, wait_drained, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 PROTOCOL = "slowest-throughput-shadow"
@@ -61,18 +67,47 @@ DOC = protocol_doc(
 ADMIN_TOKEN, REVIEWER_TOKEN = "alice-admin-token", "r-tok"
 
 
-def _drained(service: Service, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while service.journal.depth_records("scorer") > 0:
-        assert time.monotonic() < deadline, "the scorer did not drain the journal"
-        time.sleep(0.1)
+EPISODES = 12
+"""Traffic sent before the stop is expected: 1,766 joined rounds (seed 0). The power is
+there whatever the machine's speed: an evaluator that folds them in small ticks stops
+after ~350-430 (DR difference -0.08 to -0.15, bound -0.02 to -0.09); one that sees all
+1,766 in one tick (it fell behind) stops at DR -0.205, bound -0.166, far below 0."""
+HANG_GUARD_S = 300.0
+"""Only for a hung service: the waits below wait on conditions, never on this."""
 
 
-def _latest(service: Service) -> str:
+def runtime_events(episodes: int, seed: int = 0) -> list[MirrorRequest | Outcome]:
+    """What the simulated Runtime sends on the ``train`` scenario, episode after episode.
+
+    Built here rather than taken from the demo, so a change to the demo's fleet
+    does not change this test's statistics.
+    """
+    world = World(load_scenario("train"))
+    events: list[MirrorRequest | Outcome] = []
+    for episode in range(episodes):
+        log = log_episode(world, seed=seed, episode=episode, mirror_before=episode % 4 == 3)
+        events += log.events()
+    return events
+
+
+def _latest(service: Service) -> dict[str, Evaluation]:
+    """The newest stored evaluation of each criterion (``max_duration``'s `n`: rounds folded)."""
     assert service.engine is not None
     rows = EvaluationStore(service.engine).latest(PROTOCOL, 1)
-    return "not stopped; latest evaluations:\n" + "\n".join(
-        str(s.evaluation.summary()) for s in rows
+    return {s.evaluation.name: s.evaluation for s in rows}
+
+
+def _seen(service: Service, sent: int) -> str:
+    """What the evaluator and the log hold now, for a failure message."""
+    assert service.engine is not None
+    statuses = {
+        status: count_decisions(service.engine, NAME, status=status)
+        for status in ("ok", "timeout", "all_infeasible", "error")
+    }
+    return (
+        f"{count_joined_outcomes(service.engine)} of {sent} outcomes joined;"
+        f" candidate decisions by status {statuses}; latest evaluations:"
+        f" {[e.summary() for e in _latest(service).values()]}"
     )
 
 
@@ -90,6 +125,9 @@ def wired(
     service = make_service(
         policies=gated_registry(loaded, harmful, gate),
         **own,
+        # Under test is the evaluator, not the time budget: a loaded machine must not
+        # time out (and quarantine) the candidate. tests/reliability covers quarantine.
+        policy_time_budget_ms=60_000.0,
         auth_tokens={
             token_digest(runtime_token): "runtime",
             token_digest(ADMIN_TOKEN): "admin:alice",
@@ -98,13 +136,17 @@ def wired(
     )
     assert service.engine is not None
     store.append(EvaluationStore(service.engine))
-    config = EvaluatorConfig(interval_s=0.5, lease_ttl_s=10.0, overlap_s=5.0)
+    # One replica: a tick slowed by a loaded machine must not cost it its own term, and
+    # a row committed late must not fall out of the read window (1,766 rows < max_rows).
+    config = EvaluatorConfig(interval_s=0.5, lease_ttl_s=120.0, overlap_s=120.0)
     evaluator = wire_evaluator(service, config, gate=gate)
     evaluator.start()
     yield service, evaluator
     evaluator.stop()
 
 
+@pytest.mark.live
+@pytest.mark.timeout(2 * HANG_GUARD_S)
 def test_a_harmful_candidate_is_stopped_and_stops_being_scored(
     wired: tuple[Service, Evaluator], runtime_token: str
 ) -> None:
@@ -119,17 +161,36 @@ def test_a_harmful_candidate_is_stopped_and_stops_being_scored(
     )
     assert started.status_code == 200, started.text
 
-    events = simulated_runtime(episodes=12, seed=0)
+    events = runtime_events(EPISODES)
+    sent = sum(isinstance(e, Outcome) for e in events)
     send_events(service, runtime_token, events)
+
+    def seen() -> str:
+        return _seen(service, sent)
+
+    assert service.engine is not None
+    engine = service.engine
+    wait_for(lambda: count_joined_outcomes(engine) == sent, seen, HANG_GUARD_S)
+
     reviewer = {"authorization": f"Bearer {REVIEWER_TOKEN}"}
-    deadline = time.monotonic() + 60
-    while True:
-        status = httpx.get(f"{base}/v1/protocols/{PROTOCOL}/versions/1", headers=reviewer)
-        assert status.status_code == 200, status.text
-        if status.json()["record"]["state"] != "running":
-            break
-        assert time.monotonic() < deadline, _latest(service)
-        time.sleep(0.5)
+
+    def protocol() -> httpx.Response:
+        got = httpx.get(f"{base}/v1/protocols/{PROTOCOL}/versions/1", headers=reviewer)
+        assert got.status_code == 200, got.text
+        return got
+
+    def settled() -> bool:
+        """Stopped, or the evaluator has folded every joined round and fired nothing."""
+        if protocol().json()["record"]["state"] != "running":
+            return True
+        latest = _latest(service)
+        folded, harm = latest.get("max_duration"), latest.get("reward-harm")
+        caught_up = folded is not None and folded.n >= sent
+        return caught_up and (harm is None or harm.status is not Status.FIRED)
+
+    wait_for(settled, seen, HANG_GUARD_S)
+    status = protocol()
+    assert status.json()["record"]["state"] == "stopped", seen()
 
     # API: the stop event names the criterion, with value, bound and threshold.
     body = status.json()
@@ -165,9 +226,8 @@ def test_a_harmful_candidate_is_stopped_and_stops_being_scored(
 
     # The evidence snapshot of the stop is stored.
     store = EvaluationStore(service.engine)
-    deadline = time.monotonic() + 20
-    while (snapshot := store.evidence(PROTOCOL, 1)) is None and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_for(lambda: store.evidence(PROTOCOL, 1) is not None, "no evidence snapshot stored")
+    snapshot = store.evidence(PROTOCOL, 1)
     assert snapshot is not None and snapshot.seq == body["record"]["seq"]
     assert body["record"]["content_sha256"] in snapshot.markdown
     assert "figures/reward-harm.png" in snapshot.markdown
@@ -175,13 +235,13 @@ def test_a_harmful_candidate_is_stopped_and_stops_being_scored(
     assert snapshot.summary["verdict"]["criterion"] == "reward-harm"
 
     # Its decisions stop; the other policies are still scored.
-    _drained(service)
+    wait_drained(service, HANG_GUARD_S)
     before = count_decisions(service.engine, NAME)
     others = count_decisions(service.engine, "least-loaded")
-    more = simulated_runtime(episodes=14, seed=0)[len(events) :]
+    more = runtime_events(EPISODES + 2)[len(events) :]
     more_requests = [e for e in more if isinstance(e, MirrorRequest)]
     assert more_requests
     send_events(service, runtime_token, more_requests)
-    _drained(service)
+    wait_drained(service, HANG_GUARD_S)
     assert count_decisions(service.engine, NAME) == before
     assert count_decisions(service.engine, "least-loaded") == others + len(more_requests)
