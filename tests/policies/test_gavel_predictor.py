@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
-import io
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from rich.console import Console
 
 from service.contract import (
     KNOWN_HARDWARE,
@@ -20,13 +20,16 @@ from service.contract import (
 from service.policies.base import ScoringBatch
 from service.policies.baselines import ThroughputGreedy
 from service.policies.batching import make_batch
+from service.policies.build_models import scorer_fit
 from service.policies.build_models.gavel import (
     GavelTable,
     fastest_single_gpu_class,
     load_gavel,
 )
+from service.policies.onnx_policy import OnnxPolicy, OnnxPredictor
 from service.policies.predictor_features import PREDICTOR_FEATURES
-from service.policies.registry import Registry
+from service.policies.registry import Registry, load_registry
+from tests.artifacts import FIDELITY_BOUND, declared, figures_within, scorer_agreement
 
 from .conftest import POLICIES_DIR, workload
 
@@ -147,13 +150,105 @@ def test_held_out_evaluation_recomputed_from_the_data(
         assert figures[key] == recorded[key]
 
 
-@pytest.mark.slow
-def test_build_reproduces_the_committed_artifacts(gavel_csv: Path, tmp_path: Path) -> None:
-    from service.policies.build_models.__main__ import build
+SCORER_FIGURES = {"r2": 0.01, "best_option_agreement": 0.06, "mean_regret_target_units": 0.005}
+"""How far the MLP's held-out figures may move between builds on different CPUs (absolute).
 
-    result = build(tmp_path, seed=0, console=Console(file=io.StringIO()))
-    assert max(result["fidelity"]) < 1e-4
+Measured: rebuilt with OpenBLAS's AVX2 (``Haswell``) and AVX (``Sandybridge``)
+kernels instead of AVX-512, the figures moved by at most 0.0023 (r2), 0.03
+(agreement) and 0.0019 (regret); the bounds are about twice that.
+"""
+
+
+def _unlike(alike: dict[str, float]) -> list[str]:
+    """Which bounds of the build test's docstring two scorers' agreement breaks."""
+    bounds = [
+        ("corr", alike["corr"] >= 0.98),
+        ("mean_abs_diff_sd", alike["mean_abs_diff_sd"] <= 0.15),
+        ("same_choice", alike["same_choice"] >= 0.80),
+    ]
+    return [name for name, ok in bounds if not ok]
+
+
+def _rebuild(out: Path, coretype: str | None) -> None:
+    """Run the build as a user does, in its own process (BLAS kernels are chosen at load)."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    if coretype is not None:
+        env["OPENBLAS_CORETYPE"] = coretype
+    done = subprocess.run(
+        [sys.executable, "-m", "service.policies.build_models", "--out", str(out), "--seed", "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "coretype",
+    [
+        pytest.param(None, id="this-cpu"),
+        # The kernels of a CPU without AVX-512: the build issue 19's CI machine made
+        # (other bytes, sha256 235656c9...). Where AVX-512 is absent this is the same build.
+        pytest.param("Haswell", id="avx2-blas"),
+    ],
+)
+def test_build_reproduces_the_committed_artifacts(
+    gavel_csv: Path, table: GavelTable, tmp_path: Path, coretype: str | None
+) -> None:
+    """By behaviour (tests/artifacts.py): a float build's bytes depend on the CPU.
+
+    Predictor (quantile trees, no BLAS): identical predictions up to the 1e-4
+    in log throughput the build allows between ONNX and scikit-learn; trees
+    came out byte-identical with every BLAS kernel tried. Scorer (an MLP
+    trained with Adam on BLAS products): rounding differs by kernel and grows
+    over training, so it is held to the same ranking, not the same numbers —
+    on 300 requests neither build saw, scores correlate >= 0.98 (measured
+    >= 0.9936 across AVX-512/AVX2/AVX kernels), differ on average by <= 0.15
+    committed standard deviations (measured <= 0.083), and pick the same best
+    feasible option for >= 80% of requests (measured >= 89%).
+    """
+    _rebuild(tmp_path, coretype)
+    built = load_registry(tmp_path, include_baselines=False)
+    committed = load_registry(POLICIES_DIR, include_baselines=False)
+    assert dict(built.refused) == {}
     for name in ("gavel-throughput", "gavel-scorer"):
-        built = hashlib.sha256((tmp_path / name / "model.onnx").read_bytes()).hexdigest()
-        committed = hashlib.sha256((POLICIES_DIR / name / "model.onnx").read_bytes()).hexdigest()
-        assert built == committed, name
+        assert declared(built.manifests[name]) == declared(committed.manifests[name]), name
+    predictor_problems = figures_within(
+        built.manifests["gavel-throughput"].evaluation,
+        committed.manifests["gavel-throughput"].evaluation,
+        rel=1e-6,
+    )
+    assert predictor_problems == []
+    scorer_problems = figures_within(
+        built.manifests["gavel-scorer"].evaluation,
+        committed.manifests["gavel-scorer"].evaluation,
+        rel=1e-6,
+        wider=SCORER_FIGURES,
+    )
+    assert scorer_problems == []
+
+    unseen = scorer_fit.synthetic_batch(1234, 300)  # the build trains on seed 0, measures on 1
+    rows = np.concatenate([table.features, PREDICTOR_FEATURES(unseen.requests)])
+    predictors = [r.predictors["gavel-throughput"] for r in (built, committed)]
+    assert all(isinstance(p, OnnxPredictor) for p in predictors)
+    q_built, q_committed = (p.predict_rows(rows) for p in predictors)  # type: ignore[attr-defined]
+    assert float(np.max(np.abs(np.log(q_built) - np.log(q_committed)))) <= FIDELITY_BOUND
+
+    scorer_built, scorer_committed = (r.policies["gavel-scorer"] for r in (built, committed))
+    assert isinstance(scorer_built, OnnxPolicy) and isinstance(scorer_committed, OnnxPolicy)
+    alike = scorer_agreement(
+        scorer_built.scores(unseen.features), scorer_committed.scores(unseen.features), unseen
+    )
+    print(f"\n[gavel build, {coretype or 'this CPU'}] scorer vs committed: {alike}")
+    assert _unlike(alike) == [], alike
+
+
+def test_the_behaviour_bounds_tell_another_scorer_apart(registry: Registry) -> None:
+    """The bounds are not vacuous: the committed IWR scorer, on the same rows, breaks all three."""
+    unseen = scorer_fit.synthetic_batch(1234, 300)
+    other, gavel = registry.policies["iwr-scorer"], registry.policies["gavel-scorer"]
+    assert isinstance(other, OnnxPolicy) and isinstance(gavel, OnnxPolicy)
+    alike = scorer_agreement(other.scores(unseen.features), gavel.scores(unseen.features), unseen)
+    assert len(_unlike(alike)) == 3, alike
