@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 
 import typer
 from rich.console import Console
@@ -10,6 +11,7 @@ from rich.table import Table
 
 from service.auth import token_digest
 from service.cli_capacity import capacity_app
+from service.cli_errors import GuardedGroup, decision_log_url, parse_database_url
 from service.cli_evaluation import evaluation_app
 from service.cli_export import export_app
 from service.cli_learning import learning_app
@@ -18,9 +20,26 @@ from service.cli_protocols import protocol_app
 from service.settings import Settings
 
 app = typer.Typer(
-    help="Understudy: shadow evaluation of compute placement policies.", no_args_is_help=True
+    cls=GuardedGroup,  # user errors print as two lines, never a traceback (cli_errors)
+    help="Understudy: shadow evaluation of compute placement policies.",
+    no_args_is_help=True,
 )
 console = Console()
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+@app.callback()
+def main(
+    debug: bool = typer.Option(
+        False,
+        "--debug",
+        envvar="UNDERSTUDY_DEBUG",
+        help="Show the full traceback of an error instead of its short form.",
+    ),
+) -> None:
+    """Understudy: shadow evaluation of compute placement policies."""
+    # The embedded server's import warns once per run about XDG_RUNTIME_DIR: noise to a user.
+    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
 
 
 @app.command()
@@ -33,6 +52,10 @@ def serve(
     """Run the service (gRPC + HTTP) with settings from UNDERSTUDY_* variables."""
     from service.app import serve as run
 
+    if log_level.upper() not in LOG_LEVELS:
+        raise typer.BadParameter(
+            f"must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}", param_hint="'--log-level'"
+        )
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -61,7 +84,7 @@ app.add_typer(capacity_app)  # capacity: docs/capacity.md
 app.add_typer(export_app)  # export: docs/export.md
 app.add_typer(log_app, name="log")  # seal, verify, retire: docs/tamper_evidence.md
 
-db_app = typer.Typer(help="Decision-log database.", no_args_is_help=True)
+db_app = typer.Typer(cls=GuardedGroup, help="Decision-log database.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 
 
@@ -71,6 +94,8 @@ def db_upgrade() -> None:
     from service.storage import open_database, upgrade
 
     settings = Settings()
+    if settings.database_url:
+        parse_database_url(settings.database_url)
     url, _ = open_database(settings.database_url, settings.data_dir)
     upgrade(url)
     console.print("[green]decision log at the latest schema[/]")
@@ -85,10 +110,10 @@ def replay(
     from service.contract.errors import NotFound
     from service.policies.registry import load_registry
     from service.replay import replay_decision
-    from service.storage import make_engine, open_database
+    from service.storage import make_engine
 
     settings = Settings()
-    url, _ = open_database(settings.database_url, settings.data_dir)
+    url = decision_log_url(settings)
     registry = load_registry(settings.policies_dir)
     if policy not in registry.policies:
         console.print(
@@ -116,8 +141,10 @@ def replay(
 
 @app.command()
 def demo(
-    episodes: int = typer.Option(16, help="Simulated episodes (about 160 requests each)."),
-    duration: float = typer.Option(120.0, help="Seconds over which to spread the traffic."),
+    episodes: int = typer.Option(16, min=1, help="Simulated episodes (about 160 requests each)."),
+    duration: float = typer.Option(
+        120.0, min=0.0, help="Seconds over which to spread the traffic."
+    ),
     data_dir: str = typer.Option("out/demo", help="Where the demo keeps its journal and log."),
     seed: int = typer.Option(0, help="Simulation seed."),
 ) -> None:

@@ -26,6 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from sqlalchemy import Engine
 
+from service.cli_errors import decision_log_url
 from service.evaluation_report.arrays import Reward
 from service.evaluation_report.ope_run import OpeReport, Traffic, run_ope
 from service.evaluation_report.summary import RESULT_HEAD, report_json, result_rows
@@ -70,12 +71,11 @@ def parse_time(text: str | None) -> float | None:
 
 def read_log(where: OpeFilter) -> OpeLog:
     """Read the filtered log from the configured database with a progress bar on stderr."""
-    from service.storage import make_engine, open_database
+    from service.storage import make_engine
     from service.storage.ope_reads import read_ope_log
 
-    settings = Settings()
     with Console(stderr=True).status("opening the decision log"):
-        url, _ = open_database(settings.database_url, settings.data_dir)
+        url = decision_log_url(Settings())
     engine = make_engine(url)
     try:
         with Progress(
@@ -230,11 +230,9 @@ def evidence(
 @contextmanager
 def _engine() -> Iterator[Engine]:
     """An engine on the configured database (as `read_log` opens it), disposed afterwards."""
-    from service.storage import make_engine, open_database
+    from service.storage import make_engine
 
-    settings = Settings()
-    url, _ = open_database(settings.database_url, settings.data_dir)
-    engine = make_engine(url)
+    engine = make_engine(decision_log_url(Settings()))
     try:
         yield engine
     finally:

@@ -29,6 +29,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from sqlalchemy import Engine, select
 
+from service.cli_errors import decision_log_url
 from service.cli_evaluation import (
     Policies,
     Since,
@@ -163,7 +164,7 @@ def export(
     batch_rows: Annotated[int, typer.Option(help="Decision rows read per chunk.")] = 20_000,
 ) -> None:
     """Write the rounds `understudy ope` would read for these filters as an evaluation slice."""
-    from service.storage import make_engine, open_database
+    from service.storage import make_engine
     from service.storage.export import SliceTags, export_parquet, iter_slice
 
     where = check_filter(since, until, policy, workload_kind, tenant)
@@ -171,9 +172,8 @@ def export(
         raise typer.BadParameter(f"must be >= 1, got {batch_rows}", param_hint="'--batch-rows'")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise typer.BadParameter(f"{out} exists and is not an empty folder", param_hint="'--out'")
-    settings = Settings()
     with Console(stderr=True).status("opening the decision log"):
-        url, _ = open_database(settings.database_url, settings.data_dir)
+        url = decision_log_url(Settings())
     engine = make_engine(url)
     tags = SliceTags(traffic=traffic.value, scenario=scenario)
     try:

@@ -23,15 +23,17 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy import Engine
 
-from service.contract.errors import Conflict, Unavailable
+from service.cli_errors import GuardedGroup, decision_log_url
+from service.contract.errors import Conflict
 from service.settings import Settings
-from service.storage import make_engine, open_database
+from service.storage import make_engine
 from service.storage.chain_anchor import Anchor, AnchorError, load_key
 from service.storage.chain_retire import retire
 from service.storage.chain_seal import ChainSealer
 from service.storage.chain_verify import verify
 
 log_app = typer.Typer(
+    cls=GuardedGroup,
     help="Tamper-evident decision log: seal, verify, retire (docs/tamper_evidence.md).",
     no_args_is_help=True,
 )
@@ -40,18 +42,11 @@ console = Console(highlight=False)
 
 @contextmanager
 def _engine() -> Iterator[tuple[Settings, Engine]]:
+    """The checked decision log; `Unavailable` becomes exit 3 at the CLI's boundary."""
     settings = Settings()
-    try:
-        url, _ = open_database(settings.database_url, settings.data_dir)
-        engine = make_engine(url)
-    except Unavailable as exc:
-        console.print(f"[red]{exc}[/]")
-        raise typer.Exit(3) from exc
+    engine = make_engine(decision_log_url(settings))
     try:
         yield settings, engine
-    except Unavailable as exc:
-        console.print(f"[red]{exc}[/]")
-        raise typer.Exit(3) from exc
     finally:
         engine.dispose()
 

@@ -27,9 +27,11 @@ import typer
 import yaml
 from rich.console import Console
 
+from service.cli_errors import GuardedGroup
 from service.contract.errors import InvalidInput
 
 protocol_app = typer.Typer(
+    cls=GuardedGroup,
     help="Predeclared experiment protocols: validate, submit, approve, start, stop, status.",
     no_args_is_help=True,
 )
