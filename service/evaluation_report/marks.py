@@ -225,19 +225,17 @@ def mark(
     if ess < min_ess:
         marks.append(Mark(MarkKind.TOO_THIN, f"too thin: ESS {ess:.2g} < {min_ess:g}"))
     if not reward.contains(value) and math.isfinite(value):
-        marks.append(
-            Mark(MarkKind.OUTSIDE_RANGE, f"outside reward range {reward.text()}: {_num(value)}")
-        )
+        marks.append(Mark(MarkKind.OUTSIDE_RANGE, f"outside reward range {reward.text()}"))
     shown_lower, shown_upper = max(lower, reward.lower), min(upper, reward.upper)
     if shown_lower > shown_upper:
         shown_lower = shown_upper = math.nan
     clipped = [
-        f"{side} {_num(raw)} → {_num(shown)}"
+        f"{side} {_num(raw, 3)} → {_num(shown, 3)}"
         for side, raw, shown in (("lower", lower, shown_lower), ("upper", upper, shown_upper))
         if raw != shown and math.isfinite(raw) and not math.isnan(shown)
     ]
     if math.isnan(shown_lower):
-        clipped = [f"[{_num(lower)}, {_num(upper)}] lies outside {reward.text()}"]
+        clipped = [f"[{_num(lower, 3)}, {_num(upper, 3)}] lies outside {reward.text()}"]
     if clipped:
         marks.append(Mark(MarkKind.BOUND_CLIPPED, "bound clipped: " + ", ".join(clipped)))
     return Marked(value, shown_lower, shown_upper, lower, upper, tuple(marks))

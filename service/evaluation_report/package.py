@@ -44,7 +44,7 @@ from service.evaluation_report.summary import (
     report_json,
     result_table,
 )
-from service.evidence.tables import MARKED_STYLE, Cell, TableCell, html_table, md_table
+from service.evidence.tables import TABLE_STYLE, Cell, TableCell, html_table, md_table
 from service.ope import Estimate
 
 PROVENANCE_NOTE = {
@@ -52,7 +52,8 @@ PROVENANCE_NOTE = {
     Provenance.SHADOW_LOGGED: "production traffic; candidates never acted (off-policy)",
     Provenance.ONLINE_BOUNDED: "a bound from an online protocol in which the candidate acted",
 }
-SLICE_HEAD = ["policy", "slice", "label", "value", "interval", "n", "ESS", "provenance", "marks"]
+SLICE_HEAD = ["policy", "label", "value", "interval", "n", "ESS", "provenance", "marks"]
+"""The slice dimension is the table's title, not a column."""
 ONLINE_SECTION = "online_bounded"
 """Key of the section that carries online-bounded numbers (``online_section``)."""
 DIFF_HEAD = ["policy", "estimator", "policy − production", "n", "provenance", "verdict", "marks"]
@@ -117,7 +118,6 @@ def _diff_rows(report: OpeReport) -> list[list[TableCell]]:
 
 def _slice_rows(report: OpeReport, dimension: str) -> list[list[TableCell]]:
     rows: list[list[TableCell]] = []
-    name = SLICE_TITLES.get(dimension, dimension)
     reward = range_of(report.reward)
     for p in report.policies:
         for label, r in sorted(p.slices.get(dimension, {}).items()):
@@ -125,7 +125,7 @@ def _slice_rows(report: OpeReport, dimension: str) -> list[list[TableCell]]:
             n = r.n if isinstance(r, Estimate) else r.diagnostics.n
             ess = fmt(r.diagnostics.ess, 3)
             tag = p.provenance.value
-            rows.append([p.label, name, label, value, interval, str(n), ess, tag, note])
+            rows.append([p.label, label, value, interval, str(n), ess, tag, note])
     return rows
 
 
@@ -166,7 +166,7 @@ class _Page:
     production: str
     general: list[str]
     decisions: list[list[TableCell]]
-    binding: list[tuple[str, list[str]]]
+    binding: list[tuple[str, str, list[str]]]
     tables: list[Table]
     figures: list[str]
     extra: Sequence[ReportSection]
@@ -219,7 +219,7 @@ def build_ope_package(
         production=_production_line(report),
         general=decision.general_findings(report),
         decisions=decision.decision_rows(report),
-        binding=[(p.label, decision.binding(report, p)) for p in report.policies],
+        binding=[(p.label, p.verdict, decision.binding(report, p)) for p in report.policies],
         tables=_sections(report),
         figures=sorted(n for n in own if n != ESTIMATES_FIGURE),
         extra=sections,
@@ -229,6 +229,7 @@ def build_ope_package(
 
 
 TITLE = "Off-policy evaluation evidence"
+NO_POLICY = "No candidate policy was logged in this window: there is nothing to decide on."
 FULL_TABLES = "Full tables"
 
 
@@ -237,11 +238,12 @@ def _markdown(page: _Page) -> str:
     lines += [f"- **{k}**: {v}" for k, v in page.facts]
     lines += ["", f"## {decision.TITLE}", "", page.production, ""]
     lines += [f"- {g}" for g in page.general]
-    lines += ["", *md_table(decision.HEAD, page.decisions), ""]
+    lines += ["", *(md_table(decision.HEAD, page.decisions) if page.decisions else [NO_POLICY])]
+    lines += [""]
     lines += [f"![{ESTIMATES_FIGURE}](figures/{ESTIMATES_FIGURE})"]
     lines += ["", "### What binds each verdict"]
-    for label, found in page.binding:
-        lines += ["", f"**{label}**", ""]
+    for label, verdict, found in page.binding:
+        lines += ["", f"**{label}**: {verdict}", ""]
         lines += [f"- {f}" for f in found] or ["- nothing beyond the assumptions below"]
     lines += ["", f"## {FULL_TABLES}"]
     for title, head, rows in page.tables:
@@ -267,27 +269,27 @@ def _figure(name: str) -> str:
 
 
 STYLE = (
-    "body{font-family:sans-serif;max-width:80em;margin:auto;padding:0 1em}"
+    "*{box-sizing:border-box}body{font-family:sans-serif;max-width:80em;margin:auto;padding:0 1em}"
     "table{border-collapse:collapse;margin-bottom:1em}"
     "td,th{border:1px solid #ccc;padding:2px 6px;vertical-align:top}"
-    "td{white-space:nowrap}td:last-child,td.wrap{white-space:normal;min-width:16em}"
     "img{max-width:100%}figure{margin:1em 0}"
     "dl.binding dt{font-weight:bold;margin-top:.5em}dl.binding dd{margin-left:1.5em}"
-    "section.decision{border:2px solid #444;padding:0 1em;margin:1em 0}" + MARKED_STYLE
+    "section.decision{border:2px solid #444;padding:0 1em;margin:1em 0}" + TABLE_STYLE
 )
 
 
 def _html(page: _Page) -> str:
     facts = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in page.facts)
     binding = "".join(
-        f"<dt>{html.escape(label)}</dt><dd>"
+        f"<dt>{html.escape(label)}: <i>{html.escape(verdict)}</i></dt><dd>"
         f"{_items(found) if found else 'nothing beyond the assumptions below'}</dd>"
-        for label, found in page.binding
+        for label, verdict, found in page.binding
     )
     summary = (
         f'<section class="decision"><h2>{decision.TITLE}</h2>'
         f"<p>{html.escape(page.production)}</p>{_items(page.general)}"
-        f"{html_table(decision.HEAD, page.decisions)}{_figure(ESTIMATES_FIGURE)}"
+        f"{html_table(decision.HEAD, page.decisions) if page.decisions else NO_POLICY}"
+        f"{_figure(ESTIMATES_FIGURE)}"
         f'<h3>What binds each verdict</h3><dl class="binding">{binding}</dl></section>'
     )
     tables = "".join(f"<h3>{html.escape(t)}</h3>{html_table(h, r)}" for t, h, r in page.tables)

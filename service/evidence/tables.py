@@ -15,6 +15,11 @@ from dataclasses import dataclass
 
 MARKED_STYLE = "td.marked{color:#888;background:#f4f4f4;font-style:italic}"
 """The CSS rule a page using marked cells must include."""
+TABLE_STYLE = "td{white-space:nowrap}td.wrap{white-space:normal;min-width:10em}" + MARKED_STYLE
+"""Numbers, intervals and labels stay on one line (an interval broken after its comma
+reads as two numbers); long text (verdicts, notes) wraps."""
+WRAP_AT = 28
+"""Cells longer than this many characters may wrap (class ``wrap``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,10 +49,14 @@ def md_table(head: Sequence[str], rows: Sequence[Sequence[TableCell]]) -> list[s
 
 
 def _td(c: TableCell) -> str:
-    if isinstance(c, Cell):
-        title = f' title="{html.escape(c.note)}"' if c.note else ""
-        return f'<td class="marked"{title}>{html.escape(c.text)}</td>'
-    return f"<td>{html.escape(c)}</td>"
+    text = _text(c)
+    classes = (["marked"] if isinstance(c, Cell) else []) + (
+        ["wrap"] if len(text) > WRAP_AT else []
+    )
+    attrs = f' class="{" ".join(classes)}"' if classes else ""
+    if isinstance(c, Cell) and c.note:
+        attrs += f' title="{html.escape(c.note)}"'
+    return f"<td{attrs}>{html.escape(text)}</td>"
 
 
 def html_table(head: Sequence[str], rows: Sequence[Sequence[TableCell]]) -> str:
