@@ -23,13 +23,13 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 from sqlalchemy import Engine
 
 from service.cli_errors import decision_log_url
+from service.cli_ope_table import Flagger, print_results, write_csv
 from service.evaluation_report.arrays import Reward
 from service.evaluation_report.ope_run import OpeReport, Traffic, run_ope
-from service.evaluation_report.summary import RESULT_HEAD, report_json, result_rows
+from service.evaluation_report.summary import report_json
 from service.ope import Estimator
 from service.settings import Settings
 from service.storage.ope_reads import OpeFilter, OpeLog
@@ -116,17 +116,18 @@ def _check_level(level: float) -> None:
         raise typer.BadParameter(f"`--level` must be in (0, 1), got {level}")
 
 
+def estimate_flag() -> Flagger | None:
+    """The marker shown beside each estimate in the `ope` table and CSV.
+
+    The place for ``service.evaluation_report.marks`` (an estimate outside the
+    reward's range, or with too small an ESS); None prints no flag column.
+    """
+    return None
+
+
 def print_report(report: OpeReport) -> None:
-    """The results table, one row per policy and estimator, with verdicts."""
-    table = Table(
-        *RESULT_HEAD,
-        title=f"OPE on {report.rounds} joined rounds, reward {report.reward.value}",
-    )
-    for row in result_rows(report):
-        table.add_row(*row)
-    console.print(table)
-    for p in report.policies:
-        console.print(f"[bold]{p.label}[/]: {p.verdict}")
+    """The results table (fitted to the terminal, `cli_ope_table`), with verdicts."""
+    print_results(console, report, estimate_flag())
 
 
 @evaluation_app.command()
@@ -142,6 +143,9 @@ def ope(
     traffic: TrafficOpt = Traffic.PRODUCTION,
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Also write the results as JSON here.")
+    ] = None,
+    csv_out: Annotated[
+        Path | None, typer.Option("--csv", help="Also write the full table as CSV here.")
     ] = None,
     parquet: Annotated[
         Path | None, typer.Option(help="Read this `understudy export` slice, streamed.")
@@ -165,6 +169,9 @@ def ope(
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(report_json(report), indent=2))
         console.print(f"results written to {json_out}")
+    if csv_out is not None:
+        write_csv(csv_out, report, estimate_flag())
+        console.print(f"table written to {csv_out}")
     if report.rounds == 0:
         console.print("[yellow]no joined rounds in the selected window[/]")
 
@@ -224,7 +231,7 @@ def evidence(
         package = build_ope_package(report, source=describe(where), sections=sections)
     index = package.write(out)
     print_report(report)
-    console.print(f"evidence package written to {index}")
+    console.print(f"evidence package written to {index} (every table and results.json there)")
 
 
 @contextmanager

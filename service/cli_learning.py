@@ -40,18 +40,36 @@ def _progress() -> Progress:
     )
 
 
-def _csv(text: str | None, cast: type = str) -> tuple[Any, ...] | None:
-    return None if not text else tuple(cast(x.strip()) for x in text.split(",") if x.strip())
+def _csv(
+    text: str | None, cast: type = str, option: str = "", allowed: Any = None
+) -> tuple[Any, ...] | None:
+    """A comma-separated option as a tuple; a bad item is `typer.BadParameter` naming `option`."""
+    if not text:
+        return None
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if allowed is not None and (unknown := [x for x in items if x not in allowed]):
+        raise typer.BadParameter(
+            f"must be among {', '.join(allowed)}, got {', '.join(unknown)}", param_hint=option
+        )
+    try:
+        return tuple(cast(x) for x in items)
+    except ValueError as exc:
+        message = f"expected {cast.__name__}s, got {text!r}"
+        raise typer.BadParameter(message, param_hint=option) from exc
 
 
 @learning_app.command()
 def train(
     out: Annotated[Path, typer.Option(help="Policies folder to write.")] = REPO_ROOT / "policies",
     seed: Annotated[int, typer.Option(help="Seed of every random choice.")] = 0,
-    episodes: Annotated[int, typer.Option(help="Training-scenario episodes to fit on.")] = 120,
+    episodes: Annotated[
+        int, typer.Option(min=1, help="Training-scenario episodes to fit on.")
+    ] = 120,
     pessimism: Annotated[float, typer.Option(help="Planner's pessimism (0 = median).")] = 1.0,
     packing_weight: Annotated[float, typer.Option(help="Planner's tight-fit preference.")] = 0.05,
-    jobs_per_episode: Annotated[int | None, typer.Option(help="Override (quick runs).")] = None,
+    jobs_per_episode: Annotated[
+        int | None, typer.Option(min=1, help="Override (quick runs).")
+    ] = None,
 ) -> None:
     """Fit the outcome predictor, the LCB planner and the IWR scorer; export ONNX + manifests."""
     from service.learning.train import TrainSettings
@@ -129,12 +147,14 @@ def _finish(recorded: dict[str, Any] | None, digest: str) -> None:
 @learning_app.command()
 def compare(
     scenarios: Annotated[str | None, typer.Option(help="Comma-separated; default all.")] = None,
-    seeds: Annotated[int, typer.Option(help="Independent replications K.")] = 3,
+    seeds: Annotated[int, typer.Option(min=1, help="Independent replications K.")] = 3,
     base_seed: Annotated[int, typer.Option(help="First seed (train uses 0-2).")] = 100,
-    episodes: Annotated[int, typer.Option(help="On-policy episodes per seed.")] = 4,
+    episodes: Annotated[int, typer.Option(min=1, help="On-policy episodes per seed.")] = 4,
     pool_episodes: Annotated[int, typer.Option(help="Forked episodes per seed.")] = 2,
-    pool_worlds: Annotated[int, typer.Option(help="Monte Carlo worlds per fork.")] = 3,
-    jobs_per_episode: Annotated[int | None, typer.Option(help="Override (quick runs).")] = None,
+    pool_worlds: Annotated[int, typer.Option(min=1, help="Monte Carlo worlds per fork.")] = 3,
+    jobs_per_episode: Annotated[
+        int | None, typer.Option(min=1, help="Override (quick runs).")
+    ] = None,
     policies: Annotated[str | None, typer.Option(help="Comma-separated; default all.")] = None,
     planner_pessimism: Annotated[str, typer.Option(help="Extra planner variants.")] = "0",
     policies_dir: Annotated[Path, typer.Option(help="Policies folder.")] = Path("policies"),
@@ -164,7 +184,7 @@ def compare(
             pool_worlds=pool_worlds,
             jobs_per_episode=jobs_per_episode,
             policies=_csv(policies),
-            planner_pessimism=_csv(planner_pessimism, float) or (),
+            planner_pessimism=_csv(planner_pessimism, float, "'--planner-pessimism'") or (),
             policies_dir=str(policies_dir),
         )
     root = Path(spec.policies_dir)
@@ -209,10 +229,12 @@ def _short(i: dict[str, Any]) -> str:
 @learning_app.command()
 def sweep(
     families: Annotated[str | None, typer.Option(help="Comma-separated; default all.")] = None,
-    seeds: Annotated[int, typer.Option(help="Independent replications K.")] = 3,
+    seeds: Annotated[int, typer.Option(min=1, help="Independent replications K.")] = 3,
     base_seed: Annotated[int, typer.Option(help="First seed (train uses 0-2).")] = 100,
-    episodes: Annotated[int, typer.Option(help="Episodes per seed and point.")] = 4,
-    jobs_per_episode: Annotated[int | None, typer.Option(help="Override (quick runs).")] = None,
+    episodes: Annotated[int, typer.Option(min=1, help="Episodes per seed and point.")] = 4,
+    jobs_per_episode: Annotated[
+        int | None, typer.Option(min=1, help="Override (quick runs).")
+    ] = None,
     policies: Annotated[str | None, typer.Option(help="Comma-separated candidates.")] = None,
     policies_dir: Annotated[Path, typer.Option(help="Policies folder.")] = Path("policies"),
     out: Annotated[Path, typer.Option(help="Output folder.")] = Path("out/sweep"),
@@ -228,7 +250,8 @@ def sweep(
         spec = SweepSpec.from_dict(recorded["spec"])
     else:
         spec = SweepSpec(
-            families=_csv(families) or SweepSpec().families,
+            families=_csv(families, str, "'--families'", SweepSpec().families)
+            or SweepSpec().families,
             seeds=tuple(range(base_seed, base_seed + seeds)),
             episodes=episodes,
             jobs_per_episode=jobs_per_episode,
