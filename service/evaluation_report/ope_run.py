@@ -8,8 +8,11 @@ For each policy version in the log, on the rounds it can be judged on
   rounds get the mean reward of the other fold): no features are decoded, so
   it only lowers variance, and a caveat says so;
 - the paired difference to production (the primary estimator's per-round
-  contributions minus production's observed reward on the same rounds) with a
-  normal interval, from which the verdict follows;
+  contributions minus production's observed reward on the same rounds), with
+  the interval `service.ope.comparison.verdict_method` allows under the
+  weights' diagnostics: normal when the tail is light, the paired off-policy
+  betting interval when it is heavy and the reward bounded, none otherwise;
+  the verdict follows from it;
 - the primary estimate per slice (``estimate_by_slice``): workload kind,
   model family and time window always (they are columns of the log), plus any
   label arrays the caller decodes from the stored requests (the hardware class
@@ -42,12 +45,15 @@ from service.ope import (
     Estimate,
     Estimator,
     Interval,
+    IntervalMethod,
     NotIdentifiable,
+    PairedOffPolicyBettingCS,
     Result,
     estimate,
     estimate_by_slice,
     normal_interval,
 )
+from service.ope.comparison import no_verdict_reason, verdict_method
 from service.storage.ope_reads import OpeLog
 
 DEFAULT_ESTIMATORS = (Estimator.IPS, Estimator.SNIPS, Estimator.DR)
@@ -234,18 +240,51 @@ def constant_model(data: BanditData) -> NDArray[np.float64]:
     return np.repeat(q[:, None], data.n_actions, axis=1)
 
 
+REWARD_BOUNDS: dict[Reward, tuple[float, float]] = {Reward.SLO_MET: (0.0, 1.0)}
+"""Rewards with known bounds, which a betting interval needs (completion and queue
+times are unbounded)."""
+
+
 def verdict(primary: Result | None, diff: Interval | None, dropped_all: bool) -> str:
+    """One line from the primary result and the interval `verdict_method` chose."""
     if dropped_all or primary is None:
         return "no usable rounds"
     if isinstance(primary, NotIdentifiable):
         return f"not identifiable: {primary.reason}"
     if diff is None:
+        if verdict_method(primary.diagnostics, bounded=True) is not IntervalMethod.NORMAL:
+            return no_verdict_reason(primary.diagnostics)
         return "estimated; no paired production reward to compare"
+    how = (
+        f"{primary.estimator.value}, {diff.level:.0%} normal interval"
+        if diff.method is IntervalMethod.NORMAL
+        else f"ips, {diff.level:.0%} off-policy betting interval (weight tail: Pareto "
+        f"k-hat {primary.diagnostics.khat:.2f})"
+    )
     if diff.lower > 0:
-        return f"better than production ({primary.estimator.value}, {diff.level:.0%} interval)"
+        return f"better than production ({how})"
     if diff.upper < 0:
-        return f"worse than production ({primary.estimator.value}, {diff.level:.0%} interval)"
-    return "no detectable difference from production"
+        return f"worse than production ({how})"
+    return f"no detectable difference from production ({how})"
+
+
+def paired_interval(
+    data: BanditData, chosen: Estimate, level: float, reward: Reward
+) -> tuple[Interval | None, NDArray[np.float64]]:
+    """The verdict's interval of target − production on `data`'s rounds, and the paired
+    per-round differences (the primary's contributions minus the observed reward)."""
+    if chosen.contributions is None or data.n < 2:
+        return None, np.zeros(0)
+    paired = chosen.contributions - data.reward
+    bounds = REWARD_BOUNDS.get(reward)
+    method = verdict_method(chosen.diagnostics, bounded=bounds is not None)
+    if method is IntervalMethod.NORMAL:
+        return normal_interval(paired, level), paired
+    if method is None or bounds is None:
+        return None, paired
+    cs = PairedOffPolicyBettingCS(1 - level, *bounds, n_planned=data.n)
+    cs.update(weight=data.weight, reward=data.reward)
+    return cs.interval(), paired
 
 
 def _estimate_policy(
@@ -256,6 +295,7 @@ def _estimate_policy(
     level: float,
     provenance: Provenance,
     labels: Mapping[str, NDArray[np.str_]],
+    reward: Reward,
 ) -> PolicyReport:
     data = rounds.data
     results: dict[Estimator, Result] = {}
@@ -272,9 +312,8 @@ def _estimate_policy(
                 result = _with_caveat(result, CONSTANT_MODEL_CAVEAT)
             results[est] = result
         chosen = results.get(primary)
-        if isinstance(chosen, Estimate) and chosen.contributions is not None and data.n > 1:
-            paired = chosen.contributions - data.reward
-            diff = normal_interval(paired, level)
+        if isinstance(chosen, Estimate):
+            diff, paired = paired_interval(data, chosen, level, reward)
         for dimension, values in labels.items():
             found = estimate_by_slice(data, values[rounds.rows], primary, level=level)
             slices[dimension] = {str(s.label): s.result for s in found}
@@ -340,6 +379,7 @@ def run_ope(
             level,
             provenance,
             {**common, **extra.per_policy.get(key, {})},
+            reward,
         )
         for key in log.policies
         if key[0] not in NOT_TARGETS

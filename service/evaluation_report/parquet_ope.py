@@ -17,7 +17,10 @@ judged by ``parquet_rounds``), each a sum over rounds:
    differences ``psi_t - r_t``: the interval then comes from the same
    two-pass variance ``run_ope`` computes, so a slice whose contributions are
    all equal gets a zero-width interval, as on the live log, instead of the
-   square root of rounding noise that the co-moment form leaves.
+   square root of rounding noise that the co-moment form leaves; and, where
+   the primary's weight tail (known after pass 2) sends the verdict to the
+   paired betting interval (``service.ope.comparison``), that sequence, fed
+   batch by batch (O(grid) per policy; batch-invariant).
 
 Every pass is a map over batches and a sum, so the batches could be spread
 over many workers (docs/export.md). Equal to ``run_ope`` on the same rounds to
@@ -40,6 +43,7 @@ from service.evaluation_report.ope_run import (
     CONSTANT_MODEL_CAVEAT,
     DEFAULT_ESTIMATORS,
     NOT_TARGETS,
+    REWARD_BOUNDS,
     TIME_WINDOW,
     OpeReport,
     PolicyReport,
@@ -50,7 +54,16 @@ from service.evaluation_report.ope_run import (
 )
 from service.evaluation_report.parquet_rounds import Batch, batches
 from service.evaluation_report.parquet_source import Rows, open_slice, slice_size
-from service.ope import BanditData, Estimate, Estimator, Interval, Result
+from service.ope import (
+    BanditData,
+    Estimate,
+    Estimator,
+    Interval,
+    IntervalMethod,
+    PairedOffPolicyBettingCS,
+    Result,
+)
+from service.ope.comparison import verdict_method
 from service.ope.diagnostics import caveats
 from service.ope.estimators import SWITCH_TAU
 from service.ope.intervals import normal_from_moments
@@ -112,6 +125,7 @@ class _Policy:
     targets: dict[Estimator, _Target] = field(default_factory=dict)
     slices: dict[str, dict[str, _Target]] = field(default_factory=dict)
     paired_squares: float = 0.0
+    betting: PairedOffPolicyBettingCS | None = None
 
     def model(self) -> tuple[float, float]:
         """DR's constant per fold: the other fold's mean reward (all rounds' when empty)."""
@@ -224,14 +238,34 @@ def _estimate_pass(
             t.streaming.update(data.subset(rows))
 
 
+def _verdict_method(acc: _Policy, primary: Estimator, reward: Reward) -> IntervalMethod | None:
+    """``verdict_method`` on the primary's diagnostics (known after pass 2)."""
+    chosen = acc.targets[primary].streaming.estimate() if acc.kept else None
+    if not isinstance(chosen, Estimate):
+        return None
+    return verdict_method(chosen.diagnostics, bounded=reward in REWARD_BOUNDS)
+
+
 def _variance_pass(
     scanned: Iterator[Batch],
     policies: dict[tuple[str, str], _Policy],
     rounds: _Rounds,
     labels: Labels,
     primary: Estimator,
+    level: float,
+    reward: Reward,
 ) -> None:
+    for acc in policies.values():
+        if (
+            acc.targets
+            and _verdict_method(acc, primary, reward) is IntervalMethod.OFF_POLICY_BETTING_CS
+        ):
+            acc.betting = PairedOffPolicyBettingCS(
+                1 - level, *REWARD_BOUNDS[reward], n_planned=acc.kept
+            )
     for acc, data, data_labels in _policy_data(scanned, policies, rounds, labels):
+        if acc.betting is not None:
+            acc.betting.update(weight=data.weight, reward=data.reward)
         for t in acc.targets.values():
             t.add_squares(data)
         for dimension, label, rows in _by_label(data_labels):
@@ -253,10 +287,16 @@ def _labeller(first: float, last: float) -> Callable[[Rows], dict[str, NDArray[n
     return labels
 
 
-def _paired(acc: _Policy, primary: Estimator, level: float) -> Interval | None:
-    """Normal interval of ``psi_t - r_t`` over the policy's rounds."""
+def _paired(acc: _Policy, primary: Estimator, level: float, reward: Reward) -> Interval | None:
+    """The verdict's interval: normal of ``psi_t - r_t`` over the policy's rounds, or the
+    paired betting interval, as ``service.ope.comparison.verdict_method`` says."""
     if acc.kept < 2:
         return None
+    method = _verdict_method(acc, primary, reward)
+    if method is None:
+        return None
+    if method is IntervalMethod.OFF_POLICY_BETTING_CS:
+        return acc.betting.interval() if acc.betting is not None else None
     variance = acc.paired_squares / (acc.kept - 1)
     return normal_from_moments(acc.paired_mean(primary), variance, acc.kept, level)
 
@@ -268,6 +308,7 @@ def _report(
     primary: Estimator,
     level: float,
     traffic: Traffic,
+    reward: Reward,
 ) -> PolicyReport:
     dropped = Dropped(rounds.no_reward, rounds.no_production, rounds.usable - acc.kept)
     results: dict[Estimator, Result] = {}
@@ -277,7 +318,7 @@ def _report(
             result = replace(result, caveats=(*result.caveats, CONSTANT_MODEL_CAVEAT))
         results[est] = result
     chosen = results.get(primary)
-    diff = _paired(acc, primary, level) if isinstance(chosen, Estimate) else None
+    diff = _paired(acc, primary, level, reward) if isinstance(chosen, Estimate) else None
     return PolicyReport(
         policy=key,
         n=acc.kept,
@@ -334,7 +375,7 @@ def stream_ope(
     for acc in policies.values():
         acc.targets = {e: _Target(StreamingEstimator(e, level=level)) for e in asked}
     _estimate_pass(scanned(), policies, rounds, labels, primary, level)
-    _variance_pass(scanned(), policies, rounds, labels, primary)
+    _variance_pass(scanned(), policies, rounds, labels, primary, level, reward)
     production = rounds.production
     return OpeReport(
         reward=reward,
@@ -349,7 +390,7 @@ def stream_ope(
         else None,
         production_value=float(production.mean[0]) if production.n else None,
         policies=[
-            _report(key, policies[key], rounds, primary, level, traffic)
+            _report(key, policies[key], rounds, primary, level, traffic, reward)
             for key in sorted(policies)
             if key[0] not in NOT_TARGETS
         ],

@@ -6,12 +6,14 @@ Pure numpy/scipy over arrays; imports nothing of the project but
     results      Estimate / NotIdentifiable / Interval / Diagnostics, enums
     data         BanditData (validated arrays), screen_pscore, one_hot
     kernels      every estimator as V = mean(d) + sum(c) / sum(m); Moments
+    tail         Pareto k-hat, the E[w] = 1 test, the top-1% share (mergeable sketch)
     diagnostics  ESS, weight tail, support, identifiability, caveats
     intervals    normal, seeded percentile bootstrap, Clopper-Pearson
     estimators   dm, ips, snips, dr, sndr, switch_dr, estimate
     slices       diagnostics and estimates per slice
     sequences    anytime-valid: asymptotic, betting, off-policy betting, proportion
     streaming    StreamingEstimator from sufficient statistics, round_values
+    comparison   which interval a verdict may rest on under the weight diagnostics
 
 See docs/ope.md for the formulas, assumptions and how the tests check them.
 """
@@ -41,6 +43,7 @@ from service.ope.sequences import (
     AsymptoticCS,
     BettingCS,
     OffPolicyBettingCS,
+    PairedOffPolicyBettingCS,
     ProportionCS,
     asymptotic_rho,
 )
@@ -69,6 +72,7 @@ __all__ = [
     "IntervalMethod",
     "NotIdentifiable",
     "OffPolicyBettingCS",
+    "PairedOffPolicyBettingCS",
     "PropensityScreen",
     "ProportionCS",
     "Result",

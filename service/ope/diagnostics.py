@@ -24,6 +24,9 @@ With importance weights ``w_t = pi(a_t|x_t) / mu(a_t|x_t)`` (``mu`` = logging):
   Sachdeva, Su & Joachims 2020, "Off-policy bandits with deficient support"):
   the estimators return `NotIdentifiable` with the reason, never a number.
 
+The weight tail's shape (Pareto k-hat, the test of E[w] = 1, the top-1%
+share) is in `service.ope.tail`; its sketch merges like the sums.
+
 Everything here is a sum over rounds (`DiagnosticSums`), so streaming and
 batch diagnostics agree exactly up to float rounding.
 """
@@ -31,19 +34,27 @@ batch diagnostics agree exactly up to float rounding.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
 
 from service.ope.data import BanditData
 from service.ope.results import Basis, Diagnostics
+from service.ope.tail import TailSketch, khat_limit, weight_mean_z
 
 TAIL_THRESHOLD = 10.0
 """Default: a round whose action the logging policy took 10x less often than the target would."""
 
 MIN_ESS = 30.0
 """Below this effective sample size the normal interval gets a caveat."""
+
+MEAN_WEIGHT_Z = 3.29
+"""|z| of the E[w] = 1 test reported: two-sided 0.1%, so that across many (policy,
+slice) rows a correct log rarely raises it by chance."""
+
+MEAN_WEIGHT_TOLERANCE = 0.1
+"""A mean weight this far from 1 is reported even when its z is small."""
 
 _DETERMINISTIC = 1.0 - 1e-12
 
@@ -76,6 +87,9 @@ class DiagnosticSums:
     tail_threshold: float = TAIL_THRESHOLD
     reward_min: float = math.inf
     reward_max: float = -math.inf
+    tail: TailSketch = field(default_factory=TailSketch)
+    expected_w2: float = 0.0
+    pscore_mismatch: int = 0
 
     @staticmethod
     def of(data: BanditData, tail_threshold: float = TAIL_THRESHOLD) -> DiagnosticSums:
@@ -89,6 +103,14 @@ class DiagnosticSums:
         else:
             choice = np.ones(data.n, dtype=bool)
             infeasible = 0
+        expected_w2, mismatch = 0.0, 0
+        if data.logging_dist is not None:
+            mu = data.logging_dist
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = np.where(mu > 0, data.action_dist**2 / mu, 0.0)
+            expected_w2 = float(ratio.sum())
+            logged = mu[rows, data.action]
+            mismatch = int((~np.isclose(logged, data.pscore, rtol=1e-6, atol=1e-12)).sum())
         return DiagnosticSums(
             n=data.n,
             sum_w=float(w.sum()),
@@ -106,6 +128,9 @@ class DiagnosticSums:
             tail_threshold=tail_threshold,
             reward_min=float(data.reward.min()),
             reward_max=float(data.reward.max()),
+            tail=TailSketch.of(w),
+            expected_w2=expected_w2,
+            pscore_mismatch=mismatch,
         )
 
     def merge(self, other: DiagnosticSums) -> DiagnosticSums:
@@ -128,6 +153,9 @@ class DiagnosticSums:
             tail_threshold=self.tail_threshold,
             reward_min=min(self.reward_min, other.reward_min),
             reward_max=max(self.reward_max, other.reward_max),
+            tail=self.tail.merge(other.tail),
+            expected_w2=self.expected_w2 + other.expected_w2,
+            pscore_mismatch=self.pscore_mismatch + other.pscore_mismatch,
         )
 
     def finish(self) -> Diagnostics:
@@ -153,6 +181,12 @@ class DiagnosticSums:
             unusable_pscore=self.unusable_pscore,
             reward_min=self.reward_min,
             reward_max=self.reward_max,
+            khat=self.tail.khat(),
+            khat_limit=khat_limit(self.n),
+            weight_mean_z=weight_mean_z(self.n, self.sum_w, self.sum_w2),
+            top_share=self.tail.top_share(),
+            expected_w2=self.expected_w2 / n if self.support_known else math.nan,
+            pscore_mismatch=self.pscore_mismatch,
         )
 
 
@@ -223,6 +257,7 @@ def caveats(d: Diagnostics, basis: Basis, value: float, half_width: float) -> tu
                 f"rounds with weight > {d.tail_threshold:g} carry {d.tail_weight_share:.0%} of "
                 "the weight: the estimate rests on few rounds"
             )
+        out += weight_caveats(d)
         near = min(d.reward_max - value, value - d.reward_min)
         if d.reward_max == d.reward_min:
             out.append(
@@ -246,3 +281,70 @@ def caveats(d: Diagnostics, basis: Basis, value: float, half_width: float) -> tu
             "invalid propensity; assumed missing at random"
         )
     return tuple(out)
+
+
+def weight_caveats(d: Diagnostics) -> list[str]:
+    """The weight tail and the E[w] = 1 test, each with the explanation the log allows.
+
+    Three causes make the mean weight miss 1 and are told apart here:
+
+    - an **unseen tail** (k-hat >= 1/2): the target favours actions production
+      rarely takes; most such rounds are not in the sample, so ``mean(w)`` is
+      low and its z (which assumes a light tail) is large, with correct
+      propensities and full support. With `logging_dist` the exact
+      ``E[w^2 | x]`` shows how much of the tail the sample missed;
+    - **missing support**: the target puts mass where production never acts
+      (with `logging_dist` that is refused as not identifiable before this);
+    - **wrong propensities**: with a light tail the z is trustworthy; with
+      `logging_dist` and full support only the propensities remain (and a
+      logged propensity that disagrees with the logged distribution says so
+      directly); without it support and propensities cannot be told apart.
+    """
+    out: list[str] = []
+    if d.heavy_tail:
+        text = (
+            f"Pareto k-hat {d.khat:.2f} of the importance-weight tail is >= 0.5 (Vehtari et "
+            "al., PSIS): the weights' variance is infinite, so the normal interval is not a "
+            "valid interval at its nominal level; the top 1% of rounds carry "
+            f"{d.top_share:.0%} of the weight"
+        )
+        if d.unreliable_tail:
+            text += (
+                f"; k-hat is above {d.khat_limit:.2f} = min(1 - 1/log10(n), 0.7), so the "
+                f"part of the tail that decides the value was not seen in {d.n} rounds"
+            )
+        out.append(text)
+    off = abs(d.mean_weight - 1.0) > MEAN_WEIGHT_TOLERANCE or abs(d.weight_mean_z) > MEAN_WEIGHT_Z
+    if d.pscore_mismatch:
+        out.append(
+            f"wrong propensities: {d.pscore_mismatch} logged propensities differ from the "
+            "logged full distribution's probability of the logged action"
+        )
+    elif off and d.heavy_tail:
+        text = (
+            f"the mean importance weight is {d.mean_weight:.2f} (z {d.weight_mean_z:.1f} for "
+            "E[w] = 1): an unseen tail of production's low-propensity actions — the target "
+            "favours actions production rarely takes and most such rounds are not in this "
+            "sample; the z assumes a light tail, so this is not evidence of wrong propensities"
+        )
+        if math.isfinite(d.expected_w2):
+            text += (
+                f"; the exact E[w^2] on these contexts is {d.expected_w2:.3g}, the sample's "
+                f"mean w^2 {d.mean_w2:.3g}"
+            )
+        out.append(text)
+    elif off and d.support_known:
+        out.append(
+            f"the mean importance weight is {d.mean_weight:.2f} (z {d.weight_mean_z:.1f} for "
+            "E[w] = 1) with a light tail and full support in the logged distributions: "
+            "production's logged propensities do not match the actions it took (wrong "
+            "propensities); every importance-weighted number here is biased"
+        )
+    elif off:
+        out.append(
+            f"the mean importance weight is {d.mean_weight:.2f} (z {d.weight_mean_z:.1f} for "
+            "E[w] = 1) with a light tail: either the target puts mass on actions production "
+            "never takes (missing support) or the logged propensities are wrong; without "
+            "the full logging distribution the two cannot be told apart"
+        )
+    return out

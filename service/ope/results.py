@@ -147,6 +147,17 @@ class Diagnostics:
         unusable_pscore: rounds dropped before estimation because their propensity
             was missing or invalid (`service.ope.data.screen_pscore`).
         reward_min, reward_max: the range of the logged outcome.
+        khat: Pareto k-hat of the weight tail (`service.ope.tail`); NaN when
+            fewer than 25 rounds or no weight exceeds the tail threshold.
+        khat_limit: ``min(1 - 1/log10(n), 0.7)``, the k-hat above which ``n``
+            rounds cannot be trusted (Vehtari et al. 2024).
+        weight_mean_z: ``(mean(w) - 1) / (sd(w) / sqrt(n))``, the test of E[w] = 1.
+        top_share: share of ``sum w`` on the 1% of rounds with the largest weights.
+        expected_w2: with `logging_dist`, the exact ``mean_t E[w^2 | x_t] =
+            mean_t sum_a pi(a|x_t)^2 / mu(a|x_t)`` over supported actions (what
+            the sample's mean ``w^2`` estimates); NaN without it.
+        pscore_mismatch: with `logging_dist`, rounds whose logged propensity
+            differs from the distribution's probability of the logged action.
     """
 
     n: int
@@ -165,6 +176,28 @@ class Diagnostics:
     unusable_pscore: int
     reward_min: float
     reward_max: float
+    khat: float = math.nan
+    khat_limit: float = 0.7
+    weight_mean_z: float = math.nan
+    top_share: float = 0.0
+    expected_w2: float = math.nan
+    pscore_mismatch: int = 0
+
+    @property
+    def mean_w2(self) -> float:
+        """The sample's ``mean(w^2)`` (``ess = n mean(w)^2 / mean(w^2)``)."""
+        return self.n * self.mean_weight**2 / self.ess if self.ess > 0 else 0.0
+
+    @property
+    def heavy_tail(self) -> bool:
+        """k-hat >= 1/2: the weights' variance is infinite, so no variance-based
+        interval (normal, percentile bootstrap) is a 95% interval (`service.ope.tail`)."""
+        return self.khat >= 0.5
+
+    @property
+    def unreliable_tail(self) -> bool:
+        """k-hat above `khat_limit`: the tail that decides the value was not seen at this n."""
+        return self.khat > self.khat_limit
 
     @property
     def unusable_share(self) -> float:
