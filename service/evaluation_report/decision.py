@@ -35,10 +35,10 @@ TITLE = "Decision summary"
 HEAD = [
     "policy",
     "verdict",
-    "estimator",
+    "primary estimator",
     "value",
     "interval",
-    "policy − production",
+    "policy − production (the verdict's interval)",
     "n",
     "ESS",
     "marks",

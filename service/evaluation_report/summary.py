@@ -122,14 +122,16 @@ def result_json(r: Result, provenance: str, reward: RewardRange = UNKNOWN_RANGE)
 
 
 def difference_mark(p: PolicyReport, reward: RewardRange) -> Marked | None:
-    """The marks of (policy − production): the difference's range, the primary's ESS."""
+    """The marks of the verdict's interval of (policy − production): bounds beyond the
+    difference's range (``RewardRange.difference``) clipped, the primary's ESS."""
     primary = p.primary_result
     if p.vs_production is None or not isinstance(primary, Estimate):
         return None
-    middle = (p.vs_production.lower + p.vs_production.upper) / 2
-    return mark_interval(
-        middle, p.vs_production, ess=primary.diagnostics.ess, reward=reward.difference()
-    )
+    # The interval is the verdict's (normal or betting, not always centred on a value):
+    # its bounds are clipped to the difference's range; a point is not judged.
+    span = reward.difference()
+    inside = min(max((p.vs_production.lower + p.vs_production.upper) / 2, span.lower), span.upper)
+    return mark_interval(inside, p.vs_production, ess=primary.diagnostics.ess, reward=span)
 
 
 def policy_json(p: PolicyReport, reward: RewardRange = UNKNOWN_RANGE) -> dict[str, Any]:
