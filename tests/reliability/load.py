@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
@@ -53,8 +54,14 @@ def steady_load(
     tag: str,
     invalid_every: int = 0,
     stop: threading.Event | None = None,
+    on_accepted: Callable[[int], None] | None = None,
 ) -> LoadResult:
-    """Unary mirrors at `rate_per_s` for `duration_s` (bounded), counting every answer."""
+    """Unary mirrors at `rate_per_s` for `duration_s` (bounded), counting every answer.
+
+    The pacing sleep below spaces the calls; it synchronises nothing. A test
+    that must act after some acks passes `on_accepted` (called with the
+    number accepted so far) and waits on that, not on a time.
+    """
     result = LoadResult()
     auth = (("authorization", f"Bearer {token}"),)
     interval = 1.0 / rate_per_s
@@ -73,6 +80,8 @@ def steady_load(
                 ack = stub.Mirror(msg, metadata=auth, timeout=5)
                 if ack.status == shadow_pb2.ACK_STATUS_ACCEPTED:
                     result.accepted.append(msg.request_id)
+                    if on_accepted is not None:
+                        on_accepted(len(result.accepted))
                 else:
                     result.shed += 1
             except grpc.RpcError as exc:
