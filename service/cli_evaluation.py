@@ -26,7 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from sqlalchemy import Engine
 
 from service.cli_errors import decision_log_url
-from service.cli_ope_table import Flagger, print_results, write_csv
+from service.cli_ope_table import print_results, write_csv
 from service.evaluation_report.arrays import Reward
 from service.evaluation_report.ope_run import OpeReport, Traffic, run_ope
 from service.evaluation_report.summary import report_json
@@ -116,18 +116,9 @@ def _check_level(level: float) -> None:
         raise typer.BadParameter(f"`--level` must be in (0, 1), got {level}")
 
 
-def estimate_flag() -> Flagger | None:
-    """The marker shown beside each estimate in the `ope` table and CSV.
-
-    The place for ``service.evaluation_report.marks`` (an estimate outside the
-    reward's range, or with too small an ESS); None prints no flag column.
-    """
-    return None
-
-
 def print_report(report: OpeReport) -> None:
     """The results table (fitted to the terminal, `cli_ope_table`), with verdicts."""
-    print_results(console, report, estimate_flag())
+    print_results(console, report)
 
 
 @evaluation_app.command()
@@ -170,7 +161,7 @@ def ope(
         json_out.write_text(json.dumps(report_json(report), indent=2))
         console.print(f"results written to {json_out}")
     if csv_out is not None:
-        write_csv(csv_out, report, estimate_flag())
+        write_csv(csv_out, report)
         console.print(f"table written to {csv_out}")
     if report.rounds == 0:
         console.print("[yellow]no joined rounds in the selected window[/]")

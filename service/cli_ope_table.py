@@ -1,53 +1,57 @@
 """The `ope` results on a terminal: every column when they fit, the verdict's columns otherwise.
 
-The full table (policy × estimator, nine columns) needs about 130 columns; in
+The full table (policy × estimator, ten columns) needs about 200 columns; in
 an 80-column terminal rich would cut nearly every cell to ``throu…``. So:
 
-* when the full table fits the console, print it (as before);
+* when the full table fits the console, print it;
 * otherwise print one row per policy with the primary estimator only —
-  value, interval, the paired difference to production, ESS, and a flag —
-  which fits in 80 columns; every column goes to ``--json`` / ``--csv``.
+  value, interval, the paired difference to production, ESS and a short
+  flag — which fits in 80 columns; every column goes to ``--json`` / ``--csv``.
 
 Cells never end in an ellipsis: a cell too long for its column wraps (fold).
-The flag column shows what `Flagger` returns per estimate (the lead wires
-``service.evaluation_report.marks`` in); it is left out while every flag is empty.
+Marked estimates (``service.evaluation_report.marks``: outside the reward's
+range, bound clipped, too thin an ESS) print as the package prints them — the
+value in parentheses, the interval clipped — with a one-word flag here and the
+full note in the full table's ``marks`` column.
 """
 
 from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Callable
 from pathlib import Path
 
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from service.evaluation_report.ope_run import OpeReport
-from service.evaluation_report.summary import RESULT_HEAD, result_rows
-from service.ope import Estimate, Interval, Result
+from service.evaluation_report.marks import Marked, MarkKind, mark_result, range_of
+from service.evaluation_report.ope_run import OpeReport, PolicyReport
+from service.evaluation_report.summary import RESULT_HEAD, difference_mark, result_table, text
+from service.ope import Estimate, Interval
 
-Flagger = Callable[[Result], str]
-"""A short marker for one estimate (e.g. "ESS<10", "out of range"), or "" for none."""
+FLAGS = {
+    MarkKind.TOO_THIN: "thin",
+    MarkKind.OUTSIDE_RANGE: "range",
+    MarkKind.BOUND_CLIPPED: "clipped",
+}
+"""The compact table's one-word flag per mark kind (the legend is printed under it)."""
 
-_PRODUCTION = "production (observed)"
-
-
-def full_rows(report: OpeReport, flag: Flagger | None = None) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of the full table: one row per policy and estimator, plus a flag."""
-    head = [*RESULT_HEAD, "flag"]
-    flags = [""]  # production's observed mean carries no estimate to mark
-    for p in report.policies:
-        if not p.results:
-            flags.append("")
-        flags.extend(flag(r) if flag else "" for r in p.results.values())
-    return head, [[*row, f] for row, f in zip(result_rows(report), flags, strict=True)]
+_LEGEND = {
+    "thin": "ESS too small to mean much",
+    "range": "value outside the reward's range",
+    "clipped": "interval clipped to the range",
+}
 
 
-def write_csv(path: Path, report: OpeReport, flag: Flagger | None = None) -> None:
+def full_rows(report: OpeReport) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the full table: one row per policy and estimator, with marks."""
+    return [*RESULT_HEAD, "marks"], [[text(c) for c in row] for row in result_table(report)]
+
+
+def write_csv(path: Path, report: OpeReport) -> None:
     """The full table as CSV at `path` (parent folders created)."""
-    head, rows = full_rows(report, flag)
+    head, rows = full_rows(report)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
@@ -55,9 +59,9 @@ def write_csv(path: Path, report: OpeReport, flag: Flagger | None = None) -> Non
         writer.writerows(rows)
 
 
-def print_results(console: Console, report: OpeReport, flag: Flagger | None = None) -> None:
+def print_results(console: Console, report: OpeReport) -> None:
     """The results table as wide as `console` allows, then one verdict line per policy."""
-    head, rows = full_rows(report, flag)
+    head, rows = full_rows(report)
     if not any(r[-1] for r in rows):
         head, rows = head[:-1], [r[:-1] for r in rows]
     if _natural_width(head, rows) <= console.width:
@@ -67,14 +71,14 @@ def print_results(console: Console, report: OpeReport, flag: Flagger | None = No
         for row in rows:
             table.add_row(*row)
     else:
-        table = _compact(report, flag)
+        table = compact_table(report)
     console.print(table)
     for p in report.policies:
         console.print(f"[bold]{p.label}[/]: {p.verdict}")
 
 
 def _natural_width(head: list[str], rows: list[list[str]]) -> int:
-    """Columns the full table needs with rich's heavy-head box: cells, padding and rules."""
+    """Columns the full table needs: its widest cells plus padding (an upper bound)."""
     widths = [max(len(c) for c in column) for column in zip(head, *rows, strict=True)]
     return sum(widths) + 3 * len(widths) + 1
 
@@ -83,35 +87,65 @@ def _table(title: str) -> Table:
     return Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
 
 
-def _compact(report: OpeReport, flag: Flagger | None) -> Table:
-    """One row per policy: the primary estimate and its difference to production."""
+def compact_table(report: OpeReport) -> Table:
+    """One row per policy: the primary estimate, its difference to production, ESS, flag."""
     primary = report.policies[0].primary.value if report.policies else "—"
     table = _table(
         f"OPE ({primary}, {report.level:.0%} intervals), reward {report.reward.value}, "
         f"{report.rounds} joined rounds, {report.provenance.value} traffic"
     )
-    table.caption = "every estimator and diagnostic: --json / --csv"
-    flags = {p.label: flag(p.results[p.primary]) if flag and p.primary in p.results else ""
-             for p in report.policies}  # fmt: skip
-    with_flags = any(flags.values())
+    reward = range_of(report.reward)
+    rows = [_compact_row(p, report) for p in report.policies]
+    flagged = sorted({word for row in rows for word in row[-1].split(",") if word})
     for name in ("policy", "value", "interval", "vs production", "ESS"):
         table.add_column(name, overflow="fold", justify="left" if name == "policy" else "right")
-    if with_flags:
+    if flagged:
         table.add_column("flag", overflow="fold")
     production = ["production", _num(report.production_value), _interval(report.production)]
-    table.add_row(*production, "", "", *([""] if with_flags else []))
-    names = [p.policy[0] for p in report.policies]
-    for p in report.policies:
-        shown = p.policy[0] if names.count(p.policy[0]) == 1 else p.label
-        result = p.results.get(p.primary)
-        if isinstance(result, Estimate):
-            value, interval = _num(result.value), _interval(result.interval)
-        else:
-            value, interval = ("not identifiable" if result else "—"), "—"
-        ess = "—" if result is None else _num(result.diagnostics.ess, _ess_decimals(result))
-        cells = [shown, value, interval, _interval(p.vs_production, signed=True), ess]
-        table.add_row(*cells, *([flags[p.label]] if with_flags else []))
+    table.add_row(*production, "", "", *([""] if flagged else []))
+    for row in rows:
+        table.add_row(*(row if flagged else row[:-1]))
+    legend = "; ".join(f"{w}: {_LEGEND[w]}" for w in flagged)
+    table.caption = (legend + "\n" if legend else "") + (
+        f"reward range {reward.text()}; every estimator and diagnostic: --json / --csv"
+    )
     return table
+
+
+def _compact_row(p: PolicyReport, report: OpeReport) -> list[str]:
+    """policy, value, interval, vs production, ESS, flags (comma-joined words)."""
+    reward = range_of(report.reward)
+    names = [q.policy[0] for q in report.policies]
+    shown = p.policy[0] if names.count(p.policy[0]) == 1 else p.label
+    result = p.primary_result
+    m = mark_result(result, reward)
+    diff = difference_mark(p, reward)
+    if m is None or not isinstance(result, Estimate):
+        value, interval = ("not identifiable" if result is not None else "—"), "—"
+    else:
+        value, interval = _marked_value(m), _marked_interval(m)
+    vs = "—" if diff is None else _marked_interval(diff, signed=True)
+    ess = "—" if result is None else _ess(result.diagnostics.ess)
+    kinds = (m.kinds if m else frozenset()) | (diff.kinds if diff else frozenset())
+    flags = ",".join(FLAGS[k] for k in FLAGS if k in kinds)
+    return [shown, value, interval, vs, ess, flags]
+
+
+def _marked_value(m: Marked) -> str:
+    """The value with three decimals; in parentheses when marked (as the package shows it)."""
+    return _num(m.value) if m.plain else f"({_num(m.value)})"
+
+
+def _marked_interval(m: Marked, *, signed: bool = False) -> str:
+    """The interval as shown (clipped to the range), or a note when none of it is possible."""
+    if math.isnan(m.lower):
+        return "outside the range"
+    return f"[{_num(m.lower, signed=signed)}, {_num(m.upper, signed=signed)}]"
+
+
+def _ess(ess: float) -> str:
+    """Whole numbers for ESS >= 10 (a tenth means nothing there), one decimal below."""
+    return _num(ess, 0 if math.isnan(ess) or ess >= 10 else 1)
 
 
 def _num(x: float | None, decimals: int = 3, *, signed: bool = False) -> str:
@@ -121,14 +155,8 @@ def _num(x: float | None, decimals: int = 3, *, signed: bool = False) -> str:
     return f"{x:+.{decimals}f}" if signed else f"{x:.{decimals}f}"
 
 
-def _ess_decimals(result: Result) -> int:
-    """Whole numbers for ESS >= 10 (a tenth means nothing there), one decimal below."""
-    ess = result.diagnostics.ess
-    return 0 if math.isnan(ess) or ess >= 10 else 1
-
-
-def _interval(i: Interval | None, *, signed: bool = False) -> str:
-    """``[lower, upper]`` to three decimals (signed for differences), or a dash."""
+def _interval(i: Interval | None) -> str:
+    """``[lower, upper]`` to three decimals, or a dash."""
     if i is None:
         return "—"
-    return f"[{_num(i.lower, signed=signed)}, {_num(i.upper, signed=signed)}]"
+    return f"[{_num(i.lower)}, {_num(i.upper)}]"
