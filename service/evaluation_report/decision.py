@@ -35,6 +35,7 @@ TITLE = "Decision summary"
 HEAD = [
     "policy",
     "verdict",
+    "verdict rests on",
     "primary estimator",
     "value",
     "interval",
@@ -99,6 +100,19 @@ def binding(report: OpeReport, policy: PolicyReport) -> list[str]:
     return out
 
 
+_VERDICTS = ("better than production", "worse than production", "no detectable difference")
+
+
+def split_verdict(verdict: str) -> tuple[str, str]:
+    """``("worse than production", "dr, 95% normal interval")`` from the verdict line
+    ``worse than production (dr, 95% normal interval)``: the decision in one column,
+    what it rests on in the next; any other line whole, with nothing beside it."""
+    head, sep, rest = verdict.partition(" (")
+    if not (verdict.startswith(_VERDICTS) and sep and rest.endswith(")")):
+        return verdict, ""
+    return head, rest[:-1]
+
+
 def decision_rows(report: OpeReport) -> list[list[TableCell]]:
     """One row per policy (`HEAD`)."""
     reward = range_of(report.reward)
@@ -111,7 +125,8 @@ def decision_rows(report: OpeReport) -> list[list[TableCell]]:
         if diff is not None and not diff.plain:
             diff_cell = Cell(diff.interval_text(), diff.note)
         ess = fmt(r.diagnostics.ess, 3) if r is not None else "—"
+        said, basis = split_verdict(p.verdict)
         rows.append(
-            [p.label, p.verdict, p.primary.value, value, interval, diff_cell, str(p.n), ess, note]
+            [p.label, said, basis, p.primary.value, value, interval, diff_cell, str(p.n), ess, note]
         )
     return rows

@@ -45,7 +45,7 @@ def _forest(
 ) -> bytes:
     """One row per label: point and interval, or a "not identifiable" note; marked
     estimates grey and hollow, their label suffixed with the marks."""
-    fig = Figure(figsize=(9.0, 0.32 * len(rows) + 1.4), layout="constrained")
+    fig = Figure(figsize=(9.0, 0.36 * len(rows) + 1.4), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.subplots()
     labels = []
@@ -69,16 +69,16 @@ def _forest(
             ax.axvline(bound, color="grey", linestyle=":", linewidth=1)
     if reference is not None and math.isfinite(reference):
         ax.axvline(reference, color="black", linestyle="--", linewidth=1, label="production")
-        ax.legend(fontsize=8, loc="best")
-    ax.set_yticks(range(len(rows)), labels, fontsize=9)
+        ax.legend(fontsize=9, loc="best")
+    ax.set_yticks(range(len(rows)), labels, fontsize=10)
     for tick, (_, r) in zip(ax.get_yticklabels(), rows, strict=True):
         m = mark_result(r, reward)
         if m is not None and not m.plain:
             tick.set_color("grey")
     ax.set_ylim(-0.7, len(rows) - 0.3)
     ax.invert_yaxis()
-    ax.set_title(title, fontsize=11)
-    ax.tick_params(axis="x", labelsize=9)
+    ax.set_title(title, fontsize=12)
+    ax.tick_params(axis="x", labelsize=10)
     return png(fig)
 
 

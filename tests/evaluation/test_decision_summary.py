@@ -14,9 +14,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from service.evaluation_report import build_ope_package, run_ope
-from service.evaluation_report.decision import time_range
+from service.evaluation_report.decision import split_verdict, time_range
 from service.ope import Estimate, Estimator
 from service.storage.ope_reads import OpeLog
 from tests.evaluation.package_check import check_decision_summary, check_package, parse_page
@@ -53,7 +54,11 @@ def test_the_page_opens_with_one_row_per_policy_and_the_datas_time_range(
     results = check_package(tmp_path)
     table = check_decision_summary(tmp_path, results)
     assert [row[0][0] for row in table.rows] == ["best@1", "mixed@1"]
-    verdicts = {row[0][0]: row[table.head.index("verdict")][0] for row in table.rows}
+    said, basis = table.head.index("verdict"), table.head.index("verdict rests on")
+    verdicts = {
+        row[0][0]: f"{row[said][0]} ({row[basis][0]})" if row[basis][0] else row[said][0]
+        for row in table.rows
+    }
     assert verdicts == {p.label: p.verdict for p in report.policies}
     page = parse_page(tmp_path / "index.html")
     data = next(item for item in page.items[""] if item.startswith("data:"))
@@ -89,3 +94,28 @@ def test_an_estimate_outside_the_rewards_range_is_marked_where_it_is_shown(
     assert kinds == {"outside reward range", "bound clipped", "too thin"}
     assert estimate["estimates"]["dr"]["shown_interval"]["upper"] == 1.0
     assert f"({dr.value:.4g})" in (tmp_path / "report.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("verdict", "split"),
+    [
+        (
+            "worse than production (dr, 95% normal interval)",
+            ("worse than production", "dr, 95% normal interval"),
+        ),
+        (
+            "no detectable difference from production (ips, 95% off-policy betting interval "
+            "(weight tail: Pareto k-hat 2.94))",
+            (
+                "no detectable difference from production",
+                "ips, 95% off-policy betting interval (weight tail: Pareto k-hat 2.94)",
+            ),
+        ),
+        ("not identifiable: no overlap (production deterministic)", None),
+        ("no usable rounds", None),
+    ],
+)
+def test_a_verdict_splits_into_the_decision_and_what_it_rests_on(
+    verdict: str, split: tuple[str, str] | None
+) -> None:
+    assert split_verdict(verdict) == (split or (verdict, ""))
