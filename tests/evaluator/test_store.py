@@ -20,6 +20,7 @@ from service.storage.evaluation_store import (
     EvaluationStore,
     EvidenceSnapshot,
     FencedProtocolRecords,
+    LeaseGrant,
 )
 from service.storage.tables import metadata
 from tests.evaluator.conftest import protocol_doc
@@ -70,17 +71,35 @@ def test_core_tables_match_migration_0003(db_url: str) -> None:
     assert {"evaluator_leases", "evaluations", "evidence_snapshots"} <= set(metadata.tables)
 
 
+LONG_S = 600.0
+"""A lease that cannot expire during a test, however long the machine stalls it."""
+SHORT_S = 0.2
+"""A lease the test waits out: by polling until it can be taken, never by sleeping."""
+
+
+def _taken_after_expiry(store: EvaluationStore, holder: str) -> LeaseGrant:
+    """Poll until `holder` takes the lease (the current one expires by the database's clock)."""
+    deadline = time.monotonic() + 60.0  # a hang guard: an expired lease is takeable at once
+    while (grant := store.acquire("evaluator", holder, LONG_S)) is None:
+        lease = store.lease("evaluator")
+        assert time.monotonic() < deadline, f"lease never became takeable: {lease}"
+        time.sleep(0.02)  # poll interval of a condition wait
+    return grant
+
+
+@pytest.mark.live
 def test_lease_renewal_keeps_the_generation_takeover_increments_it(engine: Engine) -> None:
     store = EvaluationStore(engine)
-    a = store.acquire("evaluator", "a", 0.4)
+    a = store.acquire("evaluator", "a", LONG_S)
     assert a is not None and (a.holder, a.generation) == ("a", 1)
-    renewed = store.acquire("evaluator", "a", 0.4)
+    renewed = store.acquire("evaluator", "a", LONG_S)
     assert renewed is not None and renewed.generation == 1
-    assert store.acquire("evaluator", "b", 0.4) is None
-    time.sleep(0.5)
-    b = store.acquire("evaluator", "b", 5.0)
-    assert b is not None and (b.holder, b.generation) == ("b", 2)
-    assert store.acquire("evaluator", "a", 0.4) is None  # the old holder cannot renew
+    assert store.acquire("evaluator", "b", LONG_S) is None  # unexpired: not takeable
+    short = store.acquire("evaluator", "a", SHORT_S)  # a renewal that shortens the term
+    assert short is not None and short.generation == 1
+    b = _taken_after_expiry(store, "b")
+    assert (b.holder, b.generation) == ("b", 2)
+    assert store.acquire("evaluator", "a", LONG_S) is None  # the old holder cannot renew
     store.release("evaluator", "b", 2)
     back = store.acquire("evaluator", "a", 5.0)
     assert back is not None and back.generation == 3
@@ -103,16 +122,16 @@ def test_evaluations_are_fenced_and_append_only(engine: Engine) -> None:
         conn.execute(text("UPDATE evaluations SET status = 'pending'"))
 
 
+@pytest.mark.live
 def test_a_verdict_from_an_old_generation_is_refused_and_writes_nothing(engine: Engine) -> None:
     desk, store = _desk(engine), EvaluationStore(engine)
     _running(desk)
     record = desk.records.find("exp", 1)
     assert record is not None and record.state is State.RUNNING
-    old = store.acquire("evaluator", "a", 0.3)
+    old = store.acquire("evaluator", "a", SHORT_S)
     assert old is not None
-    time.sleep(0.4)
-    new = store.acquire("evaluator", "b", 5.0)
-    assert new is not None and new.generation == old.generation + 1
+    new = _taken_after_expiry(store, "b")
+    assert new.generation == old.generation + 1
 
     def verdict(holder: str, generation: int) -> None:
         desk.apply_verdict(
@@ -163,9 +182,17 @@ def test_halted_candidates_and_a_restart_under_a_new_version(engine: Engine) -> 
         expected_seq=2,
     )
     assert store.halted_candidates() == {("candidate", "1")}
-    time.sleep(0.01)
-    _running(desk, "third")
+    _wait_for_database_clock_past(engine, desk.records.events("second", 1)[-1].at)
+    _running(desk, "third")  # started strictly after the stop: it lifts the halt
     assert store.halted_candidates() == set()
+
+
+def _wait_for_database_clock_past(engine: Engine, at: float) -> None:
+    """Until PostgreSQL's clock is past `at` (a later start must have a later time)."""
+    query = text("SELECT extract(epoch FROM clock_timestamp())::float8")
+    with engine.connect() as conn:
+        while float(conn.execute(query).scalar_one()) <= at:
+            pass  # microseconds at most: the clock only has to tick once
 
 
 def test_evidence_snapshots_are_fenced_and_kept_once(engine: Engine) -> None:
