@@ -245,14 +245,17 @@ REWARD_BOUNDS: dict[Reward, tuple[float, float]] = {Reward.SLO_MET: (0.0, 1.0)}
 times are unbounded)."""
 
 
-def verdict(primary: Result | None, diff: Interval | None, dropped_all: bool) -> str:
-    """One line from the primary result and the interval `verdict_method` chose."""
+def verdict(
+    primary: Result | None, diff: Interval | None, dropped_all: bool, no_interval: bool = False
+) -> str:
+    """One line from the primary result and the interval `verdict_method` chose
+    (`no_interval`: it chose none)."""
     if dropped_all or primary is None:
         return "no usable rounds"
     if isinstance(primary, NotIdentifiable):
         return f"not identifiable: {primary.reason}"
     if diff is None:
-        if verdict_method(primary.diagnostics, bounded=True) is not IntervalMethod.NORMAL:
+        if no_interval:
             return no_verdict_reason(primary.diagnostics)
         return "estimated; no paired production reward to compare"
     how = (
@@ -326,7 +329,12 @@ def _estimate_policy(
         results=results,
         primary=primary,
         vs_production=diff,
-        verdict=verdict(results.get(primary), diff, data is None),
+        verdict=verdict(
+            results.get(primary),
+            diff,
+            data is None,
+            no_interval=diff is None and len(paired) > 0,
+        ),
         slices=slices,
         weights=weights,
         provenance=provenance,

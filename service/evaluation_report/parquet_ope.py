@@ -328,7 +328,14 @@ def _report(
         results=results,
         primary=primary,
         vs_production=diff,
-        verdict=verdict(chosen, diff, acc.kept == 0),
+        verdict=verdict(
+            chosen,
+            diff,
+            acc.kept == 0,
+            no_interval=diff is None
+            and acc.kept > 1
+            and _verdict_method(acc, primary, reward) is None,
+        ),
         slices={
             dimension: {k: by_label[k].result() for k in sorted(by_label)}
             for dimension, by_label in acc.slices.items()
