@@ -27,6 +27,7 @@ from sqlalchemy import Engine
 
 from service.cli_errors import decision_log_url
 from service.cli_ope_table import print_results, write_csv
+from service.contract.workload import WorkloadKind as Kinds
 from service.evaluation_report.arrays import Reward
 from service.evaluation_report.ope_run import OpeReport, Traffic, run_ope
 from service.evaluation_report.summary import report_json
@@ -95,16 +96,37 @@ def read_log(where: OpeFilter) -> OpeLog:
         engine.dispose()
 
 
-def _filter(
+def _time(option: str, text: str | None) -> float | None:
+    try:
+        return parse_time(text)
+    except typer.BadParameter as exc:
+        raise typer.BadParameter(exc.message, param_hint=f"'{option}'") from exc
+
+
+def check_filter(
     since: str | None,
     until: str | None,
     policy: list[str] | None,
     workload_kind: str | None,
     tenant: str | None,
 ) -> OpeFilter:
+    """The filter, or `typer.BadParameter` (exit 2) naming the option that is wrong."""
+    start, end = _time("--since", since), _time("--until", until)
+    if start is not None and end is not None and end <= start:
+        raise typer.BadParameter(
+            f"must be after `--since` ({since}), got {until}", param_hint="'--until'"
+        )
+    kinds = [k.value for k in Kinds]
+    if workload_kind is not None and workload_kind not in kinds:
+        raise typer.BadParameter(
+            f"must be one of {', '.join(kinds)}, got {workload_kind!r}",
+            param_hint="'--workload-kind'",
+        )
+    if tenant is not None and not tenant.strip():
+        raise typer.BadParameter("must not be empty", param_hint="'--tenant'")
     return OpeFilter(
-        since=parse_time(since),
-        until=parse_time(until),
+        since=start,
+        until=end,
         policies=tuple(policy or ()),
         workload_kind=workload_kind,
         tenant=tenant,
@@ -146,14 +168,14 @@ def ope(
     --parquet): value, interval, ESS, verdict."""
     _check_level(level)
     if parquet is not None:  # docs/export.md
-        from service.cli_export import check_filter, parquet_report
+        from service.cli_export import parquet_report
 
         where = check_filter(since, until, policy, workload_kind, tenant)
         report = parquet_report(
             parquet, where, reward=reward, primary=primary, level=level, traffic=traffic
         )
     else:
-        log = read_log(_filter(since, until, policy, workload_kind, tenant))
+        log = read_log(check_filter(since, until, policy, workload_kind, tenant))
         report = run_ope(log, reward=reward, primary=primary, level=level, traffic=traffic)
     print_report(report)
     if json_out is not None:
@@ -195,7 +217,7 @@ def evidence(
     from service.evaluation_report.sections import ReportSection
 
     _check_level(level)
-    where = _filter(since, until, policy, workload_kind, tenant)
+    where = check_filter(since, until, policy, workload_kind, tenant)
     log = read_log(where)
     policies_dir = Settings().policies_dir
     status = Console(stderr=True).status("decoding stored requests")

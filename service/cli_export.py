@@ -37,11 +37,10 @@ from service.cli_evaluation import (
     TrafficOpt,
     Until,
     WorkloadKind,
-    parse_time,
+    check_filter,
 )
 from service.contract import InvalidInput
 from service.contract.errors import Unavailable
-from service.contract.workload import WorkloadKind as Kinds
 from service.evaluation_report.arrays import Reward
 from service.evaluation_report.ope_run import OpeReport, Traffic
 from service.ope import Estimator
@@ -57,43 +56,6 @@ class ExportFormat(StrEnum):
 
     PARQUET = "parquet"
     DSJSON = "dsjson"
-
-
-def _time(option: str, text: str | None) -> float | None:
-    try:
-        return parse_time(text)
-    except typer.BadParameter as exc:
-        raise typer.BadParameter(exc.message, param_hint=f"'{option}'") from exc
-
-
-def check_filter(
-    since: str | None,
-    until: str | None,
-    policy: list[str] | None,
-    workload_kind: str | None,
-    tenant: str | None,
-) -> OpeFilter:
-    """The filter, or `typer.BadParameter` (exit 2) naming the option that is wrong."""
-    start, end = _time("--since", since), _time("--until", until)
-    if start is not None and end is not None and end <= start:
-        raise typer.BadParameter(
-            f"must be after `--since` ({since}), got {until}", param_hint="'--until'"
-        )
-    kinds = [k.value for k in Kinds]
-    if workload_kind is not None and workload_kind not in kinds:
-        raise typer.BadParameter(
-            f"must be one of {', '.join(kinds)}, got {workload_kind!r}",
-            param_hint="'--workload-kind'",
-        )
-    if tenant is not None and not tenant.strip():
-        raise typer.BadParameter("must not be empty", param_hint="'--tenant'")
-    return OpeFilter(
-        since=start,
-        until=end,
-        policies=tuple(policy or ()),
-        workload_kind=workload_kind,
-        tenant=tenant,
-    )
 
 
 def _check_policies(engine: Engine, where: OpeFilter) -> None:
@@ -249,6 +211,11 @@ def parquet_report(
     """``understudy ope --parquet``: the streamed report on a slice, with a progress bar."""
     from service.evaluation_report.parquet_ope import stream_ope
 
+    if not root.is_dir():  # before the progress bar, so the refusal stands alone
+        raise typer.BadParameter(
+            f"must be a slice folder written by `understudy export`, got {root}",
+            param_hint="'--parquet'",
+        )
     try:
         with _progress("reading the slice (3 passes)") as bar:
             task = bar.add_task("ope", total=None)
