@@ -105,7 +105,13 @@ def check_short(out: Result, most_lines: int = 2) -> list[str]:
     return lines
 
 
-CONDITIONS = ["no database", "empty data dir", "empty database", "unreachable URL", "ill-formed URL"]
+CONDITIONS = [
+    "no database",
+    "empty data dir",
+    "empty database",
+    "unreachable URL",
+    "ill-formed URL",
+]
 
 
 @pytest.mark.parametrize("where", CONDITIONS, indirect=True)
