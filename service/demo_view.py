@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from rich.console import Group
@@ -34,9 +35,14 @@ def _policies(service: Service) -> list[str]:
 
 @dataclass
 class LiveView:
-    """Renders ingest rate, journal depth, decisions, agreement and outcomes."""
+    """Renders ingest rate, journal depth, decisions, agreement, outcomes and the protocol.
+
+    `protocol` gives the line about the running protocol (the evaluator's stop
+    criterion as its metrics show it); None leaves the line out.
+    """
 
     service: Service
+    protocol: Callable[[], str] | None = None
     started: float = field(default_factory=time.monotonic)
     _last: tuple[float, float] = (0.0, 0.0)
 
@@ -65,7 +71,7 @@ class LiveView:
             f"outcomes waiting for their request {waiting:.0f}",
             f"elapsed {now - self.started:.0f}s",
         )
-        table = Table("policy", "decisions", "ok", "agrees with production", "favourite masked")
+        table = Table("policy", "decisions", "ok", "agrees", "fav. masked")
         for name in _policies(self.service):
             decisions = summed(self.service, "understudy_decisions_total", policy=name)
             agreed = summed(
@@ -81,11 +87,20 @@ class LiveView:
                 f"{agreed / compared:.0%}" if compared else "-",
                 f"{masked:.0f}",
             )
-        return Group(head, outcomes, table)
+        if self.protocol is None:
+            return Group(head, outcomes, table)
+        return Group(head, outcomes, self.protocol(), table)
 
 
-def closing_tables(service: Service, accepted: float) -> tuple[Table, list[str]]:
-    """Each candidate vs production from the decision log, and the consistency checks."""
+def closing_tables(
+    service: Service, accepted: float, stopped: Mapping[str, str] | None = None
+) -> tuple[Table, list[str]]:
+    """Each candidate vs production from the decision log, and the consistency checks.
+
+    `stopped` maps a policy the evaluator stopped to why: it has fewer decisions than
+    there are requests, on purpose, and the check says so instead of flagging it.
+    """
+    stopped = stopped or {}
     assert service.engine is not None
     engine = service.engine
     requests = count_requests(engine)
@@ -106,22 +121,42 @@ def closing_tables(service: Service, accepted: float) -> tuple[Table, list[str]]
             f"{s.infeasible_favourites / max(s.ok, 1):.1%}",
             f"{s.mean_latency_us:.0f}",
         )
-        if s.decisions != requests:
+        if s.decisions != requests and s.policy in stopped:
+            checks.append(
+                f"[yellow]{s.policy}: {s.decisions} decisions for {requests} requests: "
+                f"{stopped[s.policy]}[/]"
+            )
+        elif s.decisions != requests:
             checks.append(f"[red]{s.policy}: {s.decisions} decisions for {requests} requests[/]")
     if requests != int(accepted):
         checks.append(f"[red]{requests} requests logged, {accepted:.0f} accepted[/]")
     if summaries:
         checks.append(
-            f"{summaries[0].all_infeasible} requests had no feasible option (forced defers); "
-            "agreement counts them, 'fav. masked' is over decisions with a choice; "
-            "production-mirror errors are requests mirrored before Runtime decided"
+            f"{summaries[0].all_infeasible} of {requests} requests had no feasible option: "
+            "the fleet was full, Runtime could only defer (and retry later), every policy "
+            "defers too, and 'agrees' counts those; 'fav. masked' is the share of decisions "
+            "with a choice whose top-scored option was infeasible (masked, never chosen)"
+        )
+    mirror = next((s for s in summaries if s.policy == "production-mirror"), None)
+    if mirror is not None and mirror.errors:
+        checks.append(
+            f"production-mirror's {mirror.errors} 'errors' are requests mirrored before "
+            "Runtime decided (one episode in four, on purpose): it can only copy a decision "
+            "it has seen. Not failures: the decision comes later with the outcome, and "
+            "off-policy estimation uses it"
         )
     checks.append(
         f"outcomes joined: {count_joined_outcomes(engine)}, "
         f"still waiting for their request: {count_dangling_outcomes(engine)}"
     )
-    if not any(c.startswith("[red]") for c in checks):
+    if not any(c.startswith(("[red]", "[yellow]")) for c in checks):
         checks.insert(
             0, f"[green]every accepted request ({requests}) has a decision from every policy[/]"
+        )
+    elif not any(c.startswith("[red]") for c in checks):
+        checks.insert(
+            0,
+            f"[green]every accepted request ({requests}) has a decision from every policy "
+            "still being scored[/]",
         )
     return table, checks
