@@ -2,7 +2,8 @@
 
 A reviewer decides per policy; the page therefore opens with one row per
 policy (its verdict, the primary estimate, the paired difference to
-production, ESS and the marks of ``marks``), then the estimates plot, then
+production on the verdict's interval, ESS and the marks of ``marks``), then
+the estimates plot, then
 the limitations that bind each verdict. The full tables follow it.
 
 "Binds a verdict" means: the findings the limitations module
@@ -32,18 +33,22 @@ from service.evaluation_report.summary import (
 from service.evidence.tables import Cell, TableCell
 
 TITLE = "Decision summary"
-HEAD = [
-    "policy",
-    "verdict",
-    "verdict rests on",
-    "primary estimator",
-    "value",
-    "interval",
-    "policy − production (the verdict's interval)",
-    "n",
-    "ESS",
-    "marks",
-]
+
+
+def head(report: OpeReport) -> list[str]:
+    """The summary's columns; the primary estimator (one per report) names the estimate's."""
+    primary = report.policies[0].primary.value if report.policies else "primary"
+    return [
+        "policy",
+        "verdict",
+        "verdict rests on",
+        f"{primary} value",
+        f"{primary} interval",
+        "policy − production",
+        "n",
+        "ESS",
+        "marks",
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +119,7 @@ def split_verdict(verdict: str) -> tuple[str, str]:
 
 
 def decision_rows(report: OpeReport) -> list[list[TableCell]]:
-    """One row per policy (`HEAD`)."""
+    """One row per policy (columns: `head`)."""
     reward = range_of(report.reward)
     rows: list[list[TableCell]] = []
     for p in report.policies:
@@ -126,7 +131,5 @@ def decision_rows(report: OpeReport) -> list[list[TableCell]]:
             diff_cell = Cell(diff.interval_text(), diff.note)
         ess = fmt(r.diagnostics.ess, 3) if r is not None else "—"
         said, basis = split_verdict(p.verdict)
-        rows.append(
-            [p.label, said, basis, p.primary.value, value, interval, diff_cell, str(p.n), ess, note]
-        )
+        rows.append([p.label, said, basis, value, interval, diff_cell, str(p.n), ess, note])
     return rows

@@ -165,6 +165,7 @@ class _Page:
     facts: list[tuple[str, str]]
     production: str
     general: list[str]
+    head: list[str]
     decisions: list[list[TableCell]]
     binding: list[tuple[str, str, list[str]]]
     tables: list[Table]
@@ -218,6 +219,7 @@ def build_ope_package(
         facts=_facts(report, source, when, span),
         production=_production_line(report),
         general=decision.general_findings(report),
+        head=decision.head(report),
         decisions=decision.decision_rows(report),
         binding=[(p.label, p.verdict, decision.binding(report, p)) for p in report.policies],
         tables=_sections(report),
@@ -238,7 +240,7 @@ def _markdown(page: _Page) -> str:
     lines += [f"- **{k}**: {v}" for k, v in page.facts]
     lines += ["", f"## {decision.TITLE}", "", page.production, ""]
     lines += [f"- {g}" for g in page.general]
-    lines += ["", *(md_table(decision.HEAD, page.decisions) if page.decisions else [NO_POLICY])]
+    lines += ["", *(md_table(page.head, page.decisions) if page.decisions else [NO_POLICY])]
     lines += [""]
     lines += [f"![{ESTIMATES_FIGURE}](figures/{ESTIMATES_FIGURE})"]
     lines += ["", "### What binds each verdict"]
@@ -288,7 +290,7 @@ def _html(page: _Page) -> str:
     summary = (
         f'<section class="decision"><h2>{decision.TITLE}</h2>'
         f"<p>{html.escape(page.production)}</p>{_items(page.general)}"
-        f"{html_table(decision.HEAD, page.decisions) if page.decisions else NO_POLICY}"
+        f"{html_table(page.head, page.decisions) if page.decisions else NO_POLICY}"
         f"{_figure(ESTIMATES_FIGURE)}"
         f'<h3>What binds each verdict</h3><dl class="binding">{binding}</dl></section>'
     )

@@ -23,7 +23,7 @@ from service.evaluation_report.marks import (
 )
 from service.evaluation_report.ope_run import OpeReport, PolicyReport
 from service.evidence.tables import Cell, TableCell
-from service.ope import Diagnostics, Estimate, Interval, Result
+from service.ope import Diagnostics, Estimate, Interval, IntervalMethod, Result
 
 FORMAT = "understudy-ope/v1"
 
@@ -123,15 +123,20 @@ def result_json(r: Result, provenance: str, reward: RewardRange = UNKNOWN_RANGE)
 
 def difference_mark(p: PolicyReport, reward: RewardRange) -> Marked | None:
     """The marks of the verdict's interval of (policy − production): bounds beyond the
-    difference's range (``RewardRange.difference``) clipped, the primary's ESS."""
+    difference's range (``RewardRange.difference``) clipped; too thin by the primary's
+    ESS when the interval is a normal one."""
     primary = p.primary_result
     if p.vs_production is None or not isinstance(primary, Estimate):
         return None
     # The interval is the verdict's (normal or betting, not always centred on a value):
     # its bounds are clipped to the difference's range; a point is not judged.
+    # Thinness is judged only for a normal interval: a betting interval's coverage is
+    # finite-sample (``service.ope.sequences``), whatever the ESS.
     span = reward.difference()
     inside = min(max((p.vs_production.lower + p.vs_production.upper) / 2, span.lower), span.upper)
-    return mark_interval(inside, p.vs_production, ess=primary.diagnostics.ess, reward=span)
+    normal = p.vs_production.method is IntervalMethod.NORMAL
+    ess = primary.diagnostics.ess if normal else math.nan
+    return mark_interval(inside, p.vs_production, ess=ess, reward=span)
 
 
 def policy_json(p: PolicyReport, reward: RewardRange = UNKNOWN_RANGE) -> dict[str, Any]:

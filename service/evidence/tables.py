@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 MARKED_STYLE = "td.marked{color:#888;background:#f4f4f4;font-style:italic}"
 """The CSS rule a page using marked cells must include."""
-TABLE_STYLE = "td{white-space:nowrap}td.wrap{white-space:normal;min-width:10em}" + MARKED_STYLE
+TABLE_STYLE = "td{white-space:nowrap}td.wrap{white-space:normal;min-width:9em}" + MARKED_STYLE
 """Numbers, intervals and labels stay on one line (an interval broken after its comma
 reads as two numbers); long text (verdicts, notes) wraps."""
 WRAP_AT = 28

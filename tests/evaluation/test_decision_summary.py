@@ -18,7 +18,9 @@ import pytest
 
 from service.evaluation_report import build_ope_package, run_ope
 from service.evaluation_report.decision import split_verdict, time_range
-from service.ope import Estimate, Estimator
+from service.evaluation_report.marks import MarkKind, range_of
+from service.evaluation_report.summary import difference_mark
+from service.ope import Estimate, Estimator, Interval, IntervalMethod
 from service.storage.ope_reads import OpeLog
 from tests.evaluation.package_check import check_decision_summary, check_package, parse_page
 from tests.evaluation.synthetic import bandit_log, opelog, policy_log
@@ -79,8 +81,8 @@ def test_an_estimate_outside_the_rewards_range_is_marked_where_it_is_shown(
     results = check_package(tmp_path)
     table = check_decision_summary(tmp_path, results)
     row, head = table.rows[0], table.head
-    value, value_class = row[head.index("value")]
-    interval, interval_class = row[head.index("interval")]
+    value, value_class = row[head.index("dr value")]
+    interval, interval_class = row[head.index("dr interval")]
     marks = row[head.index("marks")][0]
     assert value == f"({dr.value:.4g})" and "marked" in value_class.split()
     assert "marked" in interval_class.split() and interval.endswith(", 1]")
@@ -119,3 +121,22 @@ def test_a_verdict_splits_into_the_decision_and_what_it_rests_on(
     verdict: str, split: tuple[str, str] | None
 ) -> None:
     assert split_verdict(verdict) == (split or (verdict, ""))
+
+
+@pytest.mark.parametrize(
+    ("method", "kinds"),
+    [
+        (IntervalMethod.NORMAL, {MarkKind.TOO_THIN, MarkKind.BOUND_CLIPPED}),
+        (IntervalMethod.OFF_POLICY_BETTING_CS, {MarkKind.BOUND_CLIPPED}),
+    ],
+)
+def test_the_verdicts_interval_is_thin_only_when_it_is_a_normal_one(
+    method: IntervalMethod, kinds: set[MarkKind]
+) -> None:
+    """At ESS 4 a normal interval is too thin; a betting interval's coverage does not rest
+    on the ESS. Either is clipped to the difference's range [-1, 1]."""
+    report = run_ope(_overshooting_log())
+    policy = replace(report.policies[0], vs_production=Interval(-0.2, 1.4, 0.95, method, 8))
+    got = difference_mark(policy, range_of(report.reward))
+    assert got is not None and got.kinds == kinds, got
+    assert (got.lower, got.upper) == (-0.2, 1.0)
