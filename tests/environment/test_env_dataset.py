@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
@@ -59,11 +57,10 @@ def test_the_logged_dataset_is_what_production_did(small_pool: ContextPool) -> N
     assert (cost[infeasible] > 0).all() and (cost[~infeasible] == 0).all()
 
 
-def test_thousands_of_replications_are_fast_and_faithful(small_pool: ContextPool) -> None:
+def test_thousands_of_replications_are_faithful(small_pool: ContextPool) -> None:
+    # How fast is a benchmark's question (make bench), not a pass/fail here.
     p = small_pool
-    started = time.perf_counter()
     rep = p.sample(np.random.default_rng(0), 4000)
-    assert time.perf_counter() - started < 5.0
     assert rep.action.shape == rep.reward.shape == rep.propensity.shape == (4000, p.n)
     rows = np.broadcast_to(np.arange(p.n), rep.action.shape)
     assert p.mask[rows, rep.action].all()

@@ -3,9 +3,12 @@
 Does what `service.app.serve` does (build, start, print one JSON line with
 the ports, run until SIGTERM), plus `wire_evaluator` with test timings from
 the environment and one test seam: before applying a verdict it writes
-``$EVAL_MARKER`` (pid, action, criterion) and then waits ``$EVAL_PAUSE_S``
-seconds, which gives the test a window to SIGSTOP it right there — between
-deciding and applying, where fencing matters.
+``$EVAL_MARKER`` (pid, action, criterion) and then waits until the test
+creates ``$EVAL_MARKER.go`` (and consumes it), so the test can SIGSTOP it
+right there — between deciding and applying, where fencing matters — and
+choose which replica applies first, however slow the machine. No time
+window: the wait ends on the file (a 600 s bound only keeps a forgotten
+replica from hanging).
 
 ``UNDERSTUDY_EVALUATOR_ENABLED=false`` is set by the test, so a composition
 root that wires its own evaluator leaves it to this one.
@@ -35,11 +38,14 @@ def main() -> None:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     marker = Path(os.environ["EVAL_MARKER"])
-    pause_s = float(os.environ.get("EVAL_PAUSE_S", "0"))
+    go = marker.with_name(marker.name + ".go")
 
     def before_apply(record: RecordedProtocol, verdict: Verdict) -> None:
         marker.write_text(f"{os.getpid()} {verdict.action.value} {verdict.criterion}")
-        time.sleep(pause_s)
+        bound = time.monotonic() + 600.0
+        while not go.exists() and time.monotonic() < bound:
+            time.sleep(0.02)  # poll interval of a condition wait (the test's go file)
+        go.unlink(missing_ok=True)
 
     service = build_service(Settings())
     evaluator = wire_evaluator(
