@@ -33,14 +33,14 @@ from service.ope import Estimate, Interval
 FLAGS = {
     MarkKind.TOO_THIN: "thin",
     MarkKind.OUTSIDE_RANGE: "range",
-    MarkKind.BOUND_CLIPPED: "clipped",
+    MarkKind.BOUND_CLIPPED: "clip",
 }
 """The compact table's one-word flag per mark kind (the legend is printed under it)."""
 
 _LEGEND = {
     "thin": "ESS too small to mean much",
     "range": "value outside the reward's range",
-    "clipped": "interval clipped to the range",
+    "clip": "interval clipped to the range",
 }
 
 
@@ -67,7 +67,7 @@ def print_results(console: Console, report: OpeReport) -> None:
     if _natural_width(head, rows) <= console.width:
         table = _table(f"OPE on {report.rounds} joined rounds, reward {report.reward.value}")
         for name in head:
-            table.add_column(name, overflow="fold")
+            table.add_column(name, overflow="fold", max_width=_TEXT_WIDTH.get(name))
         for row in rows:
             table.add_row(*row)
     else:
@@ -77,14 +77,28 @@ def print_results(console: Console, report: OpeReport) -> None:
         console.print(f"[bold]{p.label}[/]: {p.verdict}")
 
 
+_TEXT_WIDTH = {"verdict": 40, "marks": 40}
+"""Sentence columns of the full table wrap at this width; numbers never wrap."""
+
+
 def _natural_width(head: list[str], rows: list[list[str]]) -> int:
-    """Columns the full table needs: its widest cells plus padding (an upper bound)."""
-    widths = [max(len(c) for c in column) for column in zip(head, *rows, strict=True)]
-    return sum(widths) + 3 * len(widths) + 1
+    """Columns the full table needs: its widest cells (sentences wrapped) plus padding."""
+    widths = [
+        min(max(len(c) for c in column), _TEXT_WIDTH.get(name, 10**6))
+        for name, *column in zip(head, *rows, strict=True)
+    ]
+    return sum(widths) + 2 * len(widths)
 
 
 def _table(title: str) -> Table:
-    return Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+    """No outer frame, no column rules: two spaces between columns (one pad, one divider)."""
+    return Table(
+        title=title,
+        box=box.SIMPLE_HEAD,
+        title_justify="left",
+        show_edge=False,
+        padding=(0, 1, 0, 0),
+    )
 
 
 def compact_table(report: OpeReport) -> Table:
