@@ -168,12 +168,12 @@ def _plot(name: str, p: _PolicyDrift) -> bytes:
         arrival = np.array([w.arrival_flagged for w in p.closed], dtype=bool)
         shifts = np.array([w.arrival_shift for w in p.closed])
         middle.scatter(x[arrival], shifts[arrival], color="red", zorder=3)
+        top.legend(fontsize=7, loc="best")  # nothing labelled to show without a window
     else:
         top.text(0.5, 0.5, "no complete window", ha="center", transform=top.transAxes)
     top.axhline(1.0, color="black", linestyle="--", linewidth=1)
     top.set_yscale("symlog", linthresh=1.0)
     top.set_ylabel("T / threshold")
-    top.legend(fontsize=7, loc="best")
     top.set_title(
         f"{name}: drift per window of {p.windows.window_requests} requests (shadow-logged inputs)",
         fontsize=10,
