@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import warnings
 
 import typer
+from pydantic.fields import FieldInfo
 from rich.console import Console
+from rich.markup import escape
+from rich.padding import Padding
 from rich.table import Table
+from rich.text import Text
 
 from service.auth import token_digest
 from service.cli_capacity import capacity_app
@@ -69,12 +74,30 @@ def token_hash(token: str = typer.Argument(..., help="The bearer token to store.
 
 
 @app.command()
-def settings() -> None:
+def settings(
+    json_out: bool = typer.Option(False, "--json", help="Print the list as JSON instead."),
+) -> None:
     """List every setting with its environment variable, default and meaning."""
-    table = Table("variable", "default", "meaning")
-    for name, info in Settings.model_fields.items():
-        table.add_row(f"UNDERSTUDY_{name.upper()}", repr(info.default), info.description or "")
-    console.print(table)
+    rows = [(f"UNDERSTUDY_{name.upper()}", _default(info), info.description or "")
+            for name, info in Settings.model_fields.items()]  # fmt: skip
+    if json_out:
+        doc = [{"variable": v, "default": d, "meaning": m} for v, d, m in rows]
+        typer.echo(json.dumps(doc, indent=2))
+        return
+    # A vertical list: the variable names alone are up to 40 columns wide.
+    for variable, default, meaning in rows:
+        console.print(f"[bold]{variable}[/] = {escape(default)}", soft_wrap=True)
+        console.print(Padding(Text(" ".join(meaning.split())), (0, 0, 0, 4)))
+
+
+def _default(info: FieldInfo) -> str:
+    """A field's default as a user would write it in the environment."""
+    value = info.get_default(call_default_factory=True)
+    if value is None:
+        return "(unset)"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    return str(value)
 
 
 app.add_typer(protocol_app, name="protocol")
