@@ -22,6 +22,7 @@ service and say what they saw.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -42,7 +43,7 @@ from service.storage.evaluation_store import EvaluationStore
 from service.storage.outcomes import count_joined_outcomes
 from tests.evaluator.conftest import protocol_doc
 from tests.evaluator.harmful import NAME, VERSION, SlowestThroughput, gated_registry
-from tests.live_traffic import send_events, wait_drained, wait_for
+from tests.live_traffic import GENEROUS_BUDGET_MS, generous, send_events, wait_drained, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 PROTOCOL = "slowest-throughput-shadow"
@@ -118,6 +119,7 @@ def wired(
     store: list[EvaluationStore] = []
     gate = CandidateGate(lambda: store[0].halted_candidates() if store else set(), refresh_s=0.5)
     loaded = load_registry(REPO / "policies")
+    loaded = replace(loaded, manifests=generous(loaded.manifests))
     harmful = SlowestThroughput(loaded.predictors["gavel-throughput"])
     # Once the composition root wires its own evaluator, this test still wires its own
     # (faster ticks), so it turns the built-in one off.
@@ -127,7 +129,7 @@ def wired(
         **own,
         # Under test is the evaluator, not the time budget: a loaded machine must not
         # time out (and quarantine) the candidate. tests/reliability covers quarantine.
-        policy_time_budget_ms=60_000.0,
+        policy_time_budget_ms=GENEROUS_BUDGET_MS,
         auth_tokens={
             token_digest(runtime_token): "runtime",
             token_digest(ADMIN_TOKEN): "admin:alice",

@@ -184,9 +184,12 @@ def test_a_leader_paused_before_applying_applies_nothing(rig: Rig) -> None:
     follower = rig.evaluator("b", ScriptedSource([harmful(600)]))
 
     def pause(record: RecordedProtocol, verdict: Verdict) -> None:
-        # While "a" is paused its lease expires and "b" takes over and stops the experiment.
-        time.sleep(0.5)
-        assert follower.tick() == 1
+        # While "a" is paused its lease expires (PostgreSQL's clock) and "b" takes over and
+        # stops the experiment: "b" ticks as a follower until then, however long that takes.
+        deadline = time.monotonic() + 60.0  # a hang guard: the lease lasts 0.4 s
+        while follower.tick() == 0:
+            assert time.monotonic() < deadline, "b never took the expired lease (hang guard)"
+            time.sleep(0.02)  # poll interval of a condition wait
 
     # A frozen local clock: "a" believes its lease, so only PostgreSQL's fence stops it.
     leader = rig.evaluator(

@@ -84,7 +84,7 @@ def test_process_mode_logs_every_decision_with_metrics_and_drift(
     assert service.policies is not None
     policies = sorted(service.policies.policies)
     ids = stream(service, runtime_token, requests_sample * 9, "pm")  # 270: one drift window
-    wait_until(lambda: service.journal.depth_records("scorer") == 0, timeout=90)
+    wait_until(lambda: service.journal.depth_records("scorer") == 0)
     assert service.engine is not None
     assert sorted(logged_ids(service)) == sorted(ids)
     for name in policies:
@@ -130,15 +130,15 @@ def test_a_killed_scorer_process_is_restarted_and_nothing_is_lost_or_doubled(
     load.start()
     assert service.engine is not None
     engine = service.engine
-    wait_until(lambda: count_decisions(engine) > 0, timeout=60)
+    wait_until(lambda: count_decisions(engine) > 0)
     first = handler.child_pid
     assert first is not None
     os.kill(first, signal.SIGKILL)
-    wait_until(lambda: handler.restarts >= 1 and handler.child_pid not in (None, first), 60)
+    wait_until(lambda: handler.restarts >= 1 and handler.child_pid not in (None, first))
     load.join(60)
     result = results[0]
     assert result.shed == 0 and result.rejected == 0 and len(result.accepted) == result.sent
-    wait_until(lambda: service.journal.depth_records("scorer") == 0, timeout=90)
+    wait_until(lambda: service.journal.depth_records("scorer") == 0)
     ids = logged_ids(service)
     assert len(ids) == len(set(ids)), "no request logged twice"
     assert sorted(ids) == sorted(result.accepted), "every acked request logged"
@@ -169,7 +169,7 @@ def test_quarantine_in_the_scorer_process_shows_in_readiness_and_metrics(
     handler = handler_of(service)
     for i in range(3):  # separate batches: each one fails `raises` once
         stream(service, runtime_token, requests_sample[:5], f"q{i}")
-        wait_until(lambda: service.journal.depth_records("scorer") == 0, timeout=60)
+        wait_until(lambda: service.journal.depth_records("scorer") == 0)
     assert set(handler.quarantine.quarantined()) == {"raises"}
     assert metric(service, "understudy_policy_quarantined", {"policy": "raises"}) == 1.0
     ready = httpx.get(f"http://127.0.0.1:{service.http_port}/readyz", timeout=10).json()
@@ -187,8 +187,8 @@ def test_a_scorer_process_that_dies_while_idle_is_restarted_without_traffic(
     first = handler.child_pid
     assert first is not None and handler.health()[0]
     os.kill(first, signal.SIGKILL)
-    wait_until(lambda: handler.restarts == 1 and handler.child_pid not in (None, first), 30)
-    wait_until(lambda: " ready;" in handler.health()[1], 60)
+    wait_until(lambda: handler.restarts == 1 and handler.child_pid not in (None, first))
+    wait_until(lambda: " ready;" in handler.health()[1])
     ready = httpx.get(f"http://127.0.0.1:{service.http_port}/readyz", timeout=10)
     assert ready.status_code == 200, ready.text
     assert service.journal.head_seq == 0, "nothing was mirrored: the restart needed no batch"
@@ -249,10 +249,10 @@ def test_a_database_outage_is_reported_while_the_scorer_process_retries(
         service = make_service(database_url=server.url(), scorer_mode="process", policies=BASELINES)
         handler = handler_of(service)
         before = stream(service, runtime_token, requests_sample, "up")
-        wait_until(lambda: service.journal.depth_records("scorer") == 0, timeout=60)
+        wait_until(lambda: service.journal.depth_records("scorer") == 0)
         assert stop_embedded(pg_dir)
         during = stream(service, runtime_token, requests_sample, "down")  # acks go on
-        wait_until(lambda: not handler.sink_healthy, timeout=60)
+        wait_until(lambda: not handler.sink_healthy)
         ready = httpx.get(f"http://127.0.0.1:{service.http_port}/readyz", timeout=10)
         assert ready.status_code == 503
         failing = {c["name"] for c in ready.json()["checks"] if not c["ok"]}
@@ -260,7 +260,7 @@ def test_a_database_outage_is_reported_while_the_scorer_process_retries(
         assert metric(service, "understudy_db_write_batches_total", {"result": "error"})
         assert service.journal.depth_records("scorer") == len(during), "held in the journal"
         start_embedded(pg_dir, stop_at_exit=False)
-        wait_until(lambda: service.journal.depth_records("scorer") == 0, timeout=90)
+        wait_until(lambda: service.journal.depth_records("scorer") == 0)
         assert handler.sink_healthy and handler.restarts == 0
         assert sorted(logged_ids(service)) == sorted(before + during)
     finally:

@@ -46,7 +46,7 @@ def test_overload_sheds_and_every_message_is_accounted_for(
         service.grpc_port, runtime_token, requests_sample, capacity / 3, 3.0, "normal"
     )
     rss_normal = rss_mb()
-    wait_until(lambda: service.journal.depth_records("scorer") == 0, timeout=60)
+    wait_until(lambda: service.journal.depth_records("scorer") == 0)
     offered = capacity * 4
     over = steady_load(
         service.grpc_port, runtime_token, requests_sample, offered, 5.0, "over", invalid_every=20

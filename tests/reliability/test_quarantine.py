@@ -106,7 +106,7 @@ def _run(
     for round_ in range(4):  # several batches, so failures accumulate
         ids += mirror_all(service, token, requests[:4], f"{tag}{round_}")
         assert service.engine is not None
-        wait_until(lambda: service.journal.depth_records("scorer") == 0, timeout=60)
+        wait_until(lambda: service.journal.depth_records("scorer") == 0)
     return service, ids, time.perf_counter() - started
 
 

@@ -32,12 +32,13 @@ from service.wire.convert import mirror_request_to_pb
 from service.wire.understudy.v1 import shadow_pb2, shadow_pb2_grpc
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+def wait_until(condition: Callable[[], bool], timeout: float = 120.0) -> None:
+    """Poll `condition` until true; `timeout` is a hang guard, never a speed requirement."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.05)
+            raise AssertionError(f"condition still not met after {timeout:.0f} s (hang guard)")
+        time.sleep(0.05)  # poll interval of a condition wait
 
 
 def mirror_all(service: Service, token: str, requests: list[MirrorRequest], tag: str) -> list[str]:
