@@ -93,7 +93,7 @@ def _facts(
         ("created", datetime.fromtimestamp(created_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")),
         ("reward", f"{report.reward.value}, range {reward.text()}"),
         ("joined rounds read", str(report.rounds)),
-        ("interval level", f"{report.level:.0%} (normal)"),
+        ("interval level", f"{report.level:.0%} (estimates: normal; each verdict names its own)"),
         ("provenance", f"{report.provenance.value}: {PROVENANCE_NOTE[report.provenance]}"),
         (
             "marks",
