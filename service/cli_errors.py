@@ -207,8 +207,10 @@ def explain(exc: Exception) -> UserError:
             "`understudy db upgrade` migrates it to this build's schema",
         )
     if isinstance(exc, ValidationError):
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        return UserError(f"invalid UNDERSTUDY_* setting: {problems}", exit_code=2)
+        problems = "; ".join(
+            f"UNDERSTUDY_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors()
+        )
+        return UserError(f"invalid setting {problems}", "`understudy settings` lists them", 2)
     if isinstance(exc, OSError) and exc.filename is not None:
         return UserError(f"cannot use `{exc.filename}`: {exc.strerror or exc}", exit_code=2)
     if isinstance(exc, ValueError):

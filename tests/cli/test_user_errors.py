@@ -208,3 +208,10 @@ def test_a_bad_argument_is_refused_in_a_few_lines(
     check_short(out, most_lines=6)
     assert named in out.output, out.output
     assert not missing.exists()
+
+
+def test_an_invalid_setting_names_its_variable(tmp_path: Path) -> None:
+    env = {**_env(data_dir=tmp_path / "none"), "UNDERSTUDY_SCORER_MAX_BATCH": "lots"}
+    out = invoke(["ope"], env)
+    lines = check_short(out)
+    assert "UNDERSTUDY_SCORER_MAX_BATCH" in lines[0], out.output
