@@ -122,13 +122,13 @@ class Cell:
     """Share of replications whose weights `normal_allowed` calls light."""
 
     def rows(self) -> Iterator[tuple[str, str, int, int]]:
-        """(estimator, interval, covered, replications counted)."""
+        """(estimator, interval, covered, replications counted), rows with any counted."""
         for key in INTERVALS:
             if self.allowed[key]:
                 yield (*key, self.covered[key], self.allowed[key])
 
 
-def _normal_covers(psi: NDArray[np.float64], truth: float) -> NDArray[np.bool_]:
+def normal_covers(psi: NDArray[np.float64], truth: float) -> NDArray[np.bool_]:
     """Whether ``mean(psi) +- z sd(psi)/sqrt(n)`` contains `truth`, per row."""
     n = psi.shape[1]
     z = float(stats.norm.ppf(0.5 + LEVEL / 2))
@@ -137,7 +137,7 @@ def _normal_covers(psi: NDArray[np.float64], truth: float) -> NDArray[np.bool_]:
     return out
 
 
-def _bet_covers(
+def bet_covers(
     lo: NDArray[np.float64], hi: NDArray[np.float64], m_lo: float, m_hi: float, n: int
 ) -> NDArray[np.bool_]:
     """Whether both one-sided bets (alpha/2 each, tuned for n) keep the true means."""
@@ -190,17 +190,19 @@ def run_cell(
             "SNDR": _self_normalised(qhat, w * (r - qhat), w),
         }
         hits: dict[tuple[str, str], NDArray[np.bool_]] = {
-            (e, "normal"): _normal_covers(p, v) for e, p in psi.items()
+            (e, "normal"): normal_covers(p, v) for e, p in psi.items()
         }
-        hits["IPS", "betting"] = _bet_covers(w * r, w * (1 - r), v, 1 - v, n)
-        hits["DR - prod", "normal"] = _normal_covers(psi["DR"] - r, v - v_prod)
+        hits["IPS", "betting"] = bet_covers(w * r, w * (1 - r), v, 1 - v, n)
+        hits["DR - prod", "normal"] = normal_covers(psi["DR"] - r, v - v_prod)
         lo, hi = difference_pseudo_outcomes(w, r)
         dv = v - v_prod
-        hits["IPS - prod", "betting"] = _bet_covers(lo, hi, (1 + dv) / 2, (1 - dv) / 2, n)
+        hits["IPS - prod", "betting"] = bet_covers(lo, hi, (1 + dv) / 2, (1 - dv) / 2, n)
         size = tail_size(n) + 1
         khat = pareto_khat(np.partition(w, n - size, axis=1)[:, -size:], n)
         ess = w.sum(axis=1) ** 2 / (w * w).sum(axis=1)
-        light = normal_allowed(khat, ess, w.max(axis=1))
+        ratio = np.where(mu > 0, s.target / np.where(mu > 0, mu, 1.0), 0.0)
+        possible = ratio.max(axis=1)[ctx].max(axis=1)  # largest weight these contexts allow
+        light = normal_allowed(khat, ess, possible)
         for key, hit in hits.items():
             covered[key] += int(hit.sum())
             allowed[key] += b
@@ -227,20 +229,29 @@ def holds(covered: int, total: int) -> bool:
 
 
 def markdown(cells: list[Cell]) -> str:
-    """The docs table: one row per cell and interval, coverage and 99% CP bounds."""
+    """The docs table: one row per cell, coverage [99% CP] per interval; ✗ where the
+    CP interval lies below 0.95; (k) = replications counted where fewer than all."""
+    names = [f"{e} {k}" for e, k in INTERVALS]
     lines = [
-        "| T | n | reward | k-hat (median) | light weights | estimator | interval "
-        "| coverage (of) | 99% CP | holds |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| T | n | reward | k-hat (median) | " + " | ".join(names) + " |",
+        "|---|---|---|---|" + "---|" * len(names),
     ]
     for cell in cells:
-        for est, kind, c, total in cell.rows():
+        out = []
+        for key in INTERVALS:
+            c, total = cell.covered[key], cell.allowed[key]
+            if total == 0:
+                out.append("—")
+                continue
             cp = clopper_pearson(c, total, level=0.99)
-            lines.append(
-                f"| {cell.temperature:g} | {cell.n:,} | {cell.shape} | {cell.khat_median:.2f} "
-                f"| {cell.normal_share:.0%} | {est} | {kind} | {c / total:.3f} ({total}) "
-                f"| [{cp.lower:.3f}, {cp.upper:.3f}] | {'yes' if holds(c, total) else 'NO'} |"
-            )
+            mark = "" if holds(c, total) else " ✗"
+            count = "" if total == cell.replications else f" ({total})"
+            out.append(f"{c / total:.3f} [{cp.lower:.3f}, {cp.upper:.3f}]{count}{mark}")
+        lines.append(
+            f"| {cell.temperature:g} | {cell.n:,} | {cell.shape} | {cell.khat_median:.2f} | "
+            + " | ".join(out)
+            + " |"
+        )
     return "\n".join(lines) + "\n"
 
 

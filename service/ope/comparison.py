@@ -15,9 +15,12 @@ intervals keep their 95%:
   Pareto k-hat was below 1/2 (the pool's weights are a few large atoms the
   fit cannot see), so a light k-hat alone does not license it. It carries a
   verdict only for an unbounded reward and only where the weights are
-  light and bounded: k-hat < 1/2 (NaN: nothing above the threshold), max
-  weight <= `TAIL_THRESHOLD` and ESS >= `MIN_ESS` — the temperature-1.0
-  regime, where it covered;
+  bounded *by the logged distributions*: the largest weight any action could
+  get (``Diagnostics.max_possible_weight``, known only with the full logging
+  distribution) <= `TAIL_THRESHOLD`, k-hat < 1/2 and ESS >= `MIN_ESS` — the
+  temperature-1.0 regime, where it covered. The sample's own max weight is
+  not enough: at temperature 0.3 and 500 rounds a few samples saw no weight
+  above 10 and their normal intervals missed (unseen tail);
 - otherwise no interval here has shown its coverage: no verdict.
 
 `verdict_method` is the one rule; ``run_ope`` and the Parquet path both
@@ -39,12 +42,13 @@ from service.ope.tail import KHAT_FINITE_VARIANCE
 def normal_allowed(
     khat: NDArray[np.float64] | float,
     ess: NDArray[np.float64] | float,
-    max_weight: NDArray[np.float64] | float,
+    max_possible_weight: NDArray[np.float64] | float,
 ) -> Any:
     """Where the normal paired interval may carry a verdict (module docstring); arrays
-    broadcast."""
+    broadcast; a NaN `max_possible_weight` (no logged distributions) never allows it."""
     light = ~(np.asarray(khat) >= KHAT_FINITE_VARIANCE)
-    return light & (np.asarray(max_weight) <= TAIL_THRESHOLD) & (np.asarray(ess) >= MIN_ESS)
+    bounded = np.asarray(max_possible_weight) <= TAIL_THRESHOLD
+    return light & bounded & (np.asarray(ess) >= MIN_ESS)
 
 
 def verdict_method(d: Diagnostics, bounded: bool) -> IntervalMethod | None:
@@ -61,7 +65,7 @@ def verdict_method(d: Diagnostics, bounded: bool) -> IntervalMethod | None:
     """
     if bounded:
         return IntervalMethod.OFF_POLICY_BETTING_CS
-    if bool(normal_allowed(d.khat, d.ess, d.max_weight)):
+    if bool(normal_allowed(d.khat, d.ess, d.max_possible_weight)):
         return IntervalMethod.NORMAL
     return None
 
@@ -70,6 +74,7 @@ def no_verdict_reason(d: Diagnostics) -> str:
     """Why no verdict is given when `verdict_method` returns None."""
     return (
         f"no verdict: the reward has no known bounds for a betting interval, and the weights "
-        f"are not light enough for the normal one (Pareto k-hat {d.khat:.2f}, max weight "
-        f"{d.max_weight:.3g}, ESS {d.ess:.1f}); no interval here has shown its coverage"
+        f"are not shown light enough for the normal one (Pareto k-hat {d.khat:.2f}, largest "
+        f"possible weight {d.max_possible_weight:.3g} — unknown without the full logging "
+        f"distribution —, ESS {d.ess:.1f}); no interval here has shown its coverage"
     )

@@ -89,7 +89,7 @@ class DiagnosticSums:
     reward_max: float = -math.inf
     tail: TailSketch = field(default_factory=TailSketch)
     expected_w2: float = 0.0
-    pscore_mismatch: int = 0
+    max_possible_w: float = 0.0
 
     @staticmethod
     def of(data: BanditData, tail_threshold: float = TAIL_THRESHOLD) -> DiagnosticSums:
@@ -103,14 +103,13 @@ class DiagnosticSums:
         else:
             choice = np.ones(data.n, dtype=bool)
             infeasible = 0
-        expected_w2, mismatch = 0.0, 0
+        expected_w2, max_possible = 0.0, 0.0
         if data.logging_dist is not None:
             mu = data.logging_dist
             with np.errstate(divide="ignore", invalid="ignore"):
-                ratio = np.where(mu > 0, data.action_dist**2 / mu, 0.0)
-            expected_w2 = float(ratio.sum())
-            logged = mu[rows, data.action]
-            mismatch = int((~np.isclose(logged, data.pscore, rtol=1e-6, atol=1e-12)).sum())
+                ratio = np.where(mu > 0, data.action_dist / mu, 0.0)
+            expected_w2 = float((ratio * data.action_dist).sum())
+            max_possible = float(ratio.max())
         return DiagnosticSums(
             n=data.n,
             sum_w=float(w.sum()),
@@ -130,7 +129,7 @@ class DiagnosticSums:
             reward_max=float(data.reward.max()),
             tail=TailSketch.of(w),
             expected_w2=expected_w2,
-            pscore_mismatch=mismatch,
+            max_possible_w=max_possible,
         )
 
     def merge(self, other: DiagnosticSums) -> DiagnosticSums:
@@ -155,7 +154,7 @@ class DiagnosticSums:
             reward_max=max(self.reward_max, other.reward_max),
             tail=self.tail.merge(other.tail),
             expected_w2=self.expected_w2 + other.expected_w2,
-            pscore_mismatch=self.pscore_mismatch + other.pscore_mismatch,
+            max_possible_w=max(self.max_possible_w, other.max_possible_w),
         )
 
     def finish(self) -> Diagnostics:
@@ -186,7 +185,7 @@ class DiagnosticSums:
             weight_mean_z=weight_mean_z(self.n, self.sum_w, self.sum_w2),
             top_share=self.tail.top_share(),
             expected_w2=self.expected_w2 / n if self.support_known else math.nan,
-            pscore_mismatch=self.pscore_mismatch,
+            max_possible_weight=self.max_possible_w if self.support_known else math.nan,
         )
 
 
@@ -315,12 +314,7 @@ def weight_caveats(d: Diagnostics) -> list[str]:
             )
         out.append(text)
     off = abs(d.mean_weight - 1.0) > MEAN_WEIGHT_TOLERANCE or abs(d.weight_mean_z) > MEAN_WEIGHT_Z
-    if d.pscore_mismatch:
-        out.append(
-            f"wrong propensities: {d.pscore_mismatch} logged propensities differ from the "
-            "logged full distribution's probability of the logged action"
-        )
-    elif off and d.heavy_tail:
+    if off and d.heavy_tail:
         text = (
             f"the mean importance weight is {d.mean_weight:.2f} (z {d.weight_mean_z:.1f} for "
             "E[w] = 1): an unseen tail of production's low-propensity actions — the target "
@@ -339,6 +333,12 @@ def weight_caveats(d: Diagnostics) -> list[str]:
             "E[w] = 1) with a light tail and full support in the logged distributions: "
             "production's logged propensities do not match the actions it took (wrong "
             "propensities); every importance-weighted number here is biased"
+        )
+    elif off and d.mean_weight > 1.0:
+        out.append(
+            f"the mean importance weight is {d.mean_weight:.2f} (z {d.weight_mean_z:.1f} for "
+            "E[w] = 1) with a light tail: above 1, which missing support cannot cause, so "
+            "the logged propensities are wrong (too small for the actions production took)"
         )
     elif off:
         out.append(

@@ -156,8 +156,9 @@ class Diagnostics:
         expected_w2: with `logging_dist`, the exact ``mean_t E[w^2 | x_t] =
             mean_t sum_a pi(a|x_t)^2 / mu(a|x_t)`` over supported actions (what
             the sample's mean ``w^2`` estimates); NaN without it.
-        pscore_mismatch: with `logging_dist`, rounds whose logged propensity
-            differs from the distribution's probability of the logged action.
+        max_possible_weight: with `logging_dist`, the largest weight any action
+            of these contexts could get, ``max_{t,a} pi(a|x_t) / mu(a|x_t)``
+            (seen or not); NaN without it.
     """
 
     n: int
@@ -181,7 +182,7 @@ class Diagnostics:
     weight_mean_z: float = math.nan
     top_share: float = 0.0
     expected_w2: float = math.nan
-    pscore_mismatch: int = 0
+    max_possible_weight: float = math.nan
 
     @property
     def mean_w2(self) -> float:

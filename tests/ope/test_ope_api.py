@@ -12,8 +12,8 @@ OPE = Path(service.ope.__file__).resolve().parent
 EXPORTED = {
     "MIN_ESS", "SWITCH_TAU", "TAIL_THRESHOLD", "AsymptoticCS", "BanditData", "Basis",
     "BettingCS", "Bootstrap", "DiagnosticSums", "Diagnostics", "Estimate", "Estimator",
-    "Interval", "IntervalMethod", "NotIdentifiable", "OffPolicyBettingCS", "PairedOffPolicyBettingCS",
-    "PropensityScreen",
+    "Interval", "IntervalMethod", "NotIdentifiable", "OffPolicyBettingCS",
+    "PairedOffPolicyBettingCS", "PropensityScreen",
     "ProportionCS", "Result", "SliceDiagnostics", "SliceEstimate", "StreamingEstimator",
     "asymptotic_rho", "clopper_pearson", "diagnostics", "diagnostics_by_slice", "dm", "dr",
     "estimate", "estimate_by_slice", "identification_failure", "ips", "normal_interval",
