@@ -151,7 +151,7 @@ def compare(
     base_seed: Annotated[int, typer.Option(help="First seed (train uses 0-2).")] = 100,
     episodes: Annotated[int, typer.Option(min=1, help="On-policy episodes per seed.")] = 4,
     pool_episodes: Annotated[int, typer.Option(help="Forked episodes per seed.")] = 2,
-    pool_worlds: Annotated[int, typer.Option(min=1, help="Monte Carlo worlds per fork.")] = 3,
+    pool_worlds: Annotated[int, typer.Option(min=2, help="Monte Carlo worlds per fork.")] = 3,
     jobs_per_episode: Annotated[
         int | None, typer.Option(min=1, help="Override (quick runs).")
     ] = None,

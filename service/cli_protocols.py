@@ -27,7 +27,7 @@ import typer
 import yaml
 from rich.console import Console
 
-from service.cli_errors import GuardedGroup
+from service.cli_errors import GuardedGroup, UserError
 from service.contract.errors import InvalidInput
 
 protocol_app = typer.Typer(
@@ -65,8 +65,11 @@ def _call(url: str, token: str, method: str, path: str, body: Any = None) -> Any
         with httpx.Client(base_url=url, headers=headers, timeout=30) as client:
             response = client.request(method, path, json=body)
     except httpx.HTTPError as exc:
-        console.print(f"[red]cannot reach {url}: {exc}[/]")
-        raise typer.Exit(3) from exc
+        raise UserError(
+            f"cannot reach the service at {url} (--url / UNDERSTUDY_URL): {exc}",
+            fix="start it with `understudy serve`, or point UNDERSTUDY_URL at a running one",
+            exit_code=3,
+        ) from exc
     if response.status_code >= 400:
         try:
             detail = response.json()

@@ -215,3 +215,17 @@ def test_an_invalid_setting_names_its_variable(tmp_path: Path) -> None:
     out = invoke(["ope"], env)
     lines = check_short(out)
     assert "UNDERSTUDY_SCORER_MAX_BATCH" in lines[0], out.output
+
+
+@pytest.mark.parametrize("service_url", ["http://127.0.0.1:1", "notaurl"])
+@pytest.mark.parametrize(
+    "args", [["protocol", "status"], ["protocol", "stop", "p@1", "--reason", "r"]]
+)
+def test_a_protocol_command_without_a_service_says_which_url(
+    args: list[str], service_url: str, tmp_path: Path
+) -> None:
+    env = {**_env(data_dir=tmp_path / "none"), "UNDERSTUDY_URL": service_url}
+    out = invoke(args, env)
+    lines = check_short(out)
+    assert out.exit_code == 3
+    assert service_url in lines[0] and lines[1].startswith("fix: "), out.output
