@@ -77,7 +77,7 @@ def print_ope(console: Console, report: OpeReport) -> list[str]:
     console.print(compact_table(report))
     console.print("Verdicts, from the interval vs production:", highlight=False)
     for line in verdict_lines(report):
-        console.print(line, highlight=False)
+        console.print(line, highlight=False, soft_wrap=True)  # one line per verdict
     console.print(f"[dim]{NOTE}[/]", highlight=False)
     return [p.policy[0] for p in report.policies if short_verdict(p) == _VERDICTS[1][1]]
 
@@ -133,5 +133,5 @@ def print_next(console: Console, commands: NextCommands) -> None:
     console.print(f"[bold]Next[/], on the log left in {commands.data_dir}/ (from the repo root):")
     for what, command in commands.lines():
         if what:
-            console.print(f"  [dim]# {what}[/]", highlight=False)
+            console.print(f"  [dim]# {what}[/]", highlight=False, soft_wrap=True)
         console.print(f"  {command}", soft_wrap=True, highlight=False, markup=False)
