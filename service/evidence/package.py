@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from service.evidence.plots import trajectory_png
-from service.evidence.tables import html_table, md_table
+from service.evidence.tables import TABLE_STYLE, html_table, md_table
 from service.protocols import ProtocolEvent, RecordedProtocol
 from service.protocols.criteria import Evaluation
 
@@ -130,6 +130,12 @@ def _title(record: RecordedProtocol) -> str:
     return f"{title} (`{record.protocol_id}` v{record.version})"
 
 
+def _html_title(record: RecordedProtocol) -> str:
+    """`_title` with its Markdown code span as ``<code>`` (a browser shows backticks)."""
+    title = html.escape(str(record.document.get("title") or record.protocol_id))
+    return f"{title} (<code>{html.escape(record.protocol_id)}</code> v{record.version})"
+
+
 def _facts(record: RecordedProtocol, verdict: ProtocolEvent | None) -> list[tuple[str, str]]:
     facts = [
         ("content sha256", record.content_sha256),
@@ -211,7 +217,8 @@ def _html(
     verdict: ProtocolEvent | None,
 ) -> str:
     facts = "".join(
-        f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in _facts(record, verdict)
+        f"<li><b>{html.escape(k)}</b>: {html.escape(v.replace('`', ''))}</li>"
+        for k, v in _facts(record, verdict)
     )
     images = "".join(
         f'<figure><img alt="{html.escape(n)}" src="data:image/png;base64,'
@@ -221,13 +228,13 @@ def _html(
     doc = html.escape(json.dumps(record.document, indent=2, sort_keys=True))
     style = (
         "body{font-family:sans-serif;max-width:60em;margin:auto}"
-        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}" + TABLE_STYLE
     )
     return (
         f"<!doctype html><html><head><meta charset='utf-8'>"
         f"<title>Evidence {html.escape(record.protocol_id)} v{record.version}</title>"
         f"<style>{style}</style></head><body>"
-        f"<h1>Evidence: {html.escape(_title(record))}</h1><ul>{facts}</ul>"
+        f"<h1>Evidence: {_html_title(record)}</h1><ul>{facts}</ul>"
         f"<h2>Event timeline</h2>{html_table(TIMELINE, _timeline(events))}"
         f"<h2>Criteria (latest evaluation)</h2>{html_table(CRITERIA, _criteria(latest))}"
         f"<h2>Trajectories</h2>{images or '<p>(no numbers yet)</p>'}"
