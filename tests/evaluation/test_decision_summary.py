@@ -18,6 +18,7 @@ import pytest
 
 from service.evaluation_report import build_ope_package, run_ope
 from service.evaluation_report.decision import split_verdict, time_range
+from service.evaluation_report.limitations import limitations
 from service.evaluation_report.marks import MarkKind, range_of
 from service.evaluation_report.summary import difference_mark
 from service.ope import Estimate, Estimator, Interval, IntervalMethod
@@ -96,6 +97,10 @@ def test_an_estimate_outside_the_rewards_range_is_marked_where_it_is_shown(
     assert kinds == {"outside reward range", "bound clipped", "too thin"}
     assert estimate["estimates"]["dr"]["shown_interval"]["upper"] == 1.0
     assert f"({dr.value:.4g})" in (tmp_path / "report.md").read_text()
+    items = parse_page(tmp_path / "index.html").items["Decision summary"]
+    assert any(i.startswith("its dr estimate is marked: ") and "outside" in i for i in items)
+    own = [f.removeprefix("`best@1`: ") for f in limitations(report) if f.startswith("`best@1`")]
+    assert own and set(own) <= set(items)  # every finding about the policy binds its verdict
 
 
 @pytest.mark.parametrize(
