@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -202,8 +203,16 @@ def compare(
     manifest = run_manifest.build("compare", spec.to_dict(), worlds, root, digest)
     _write(out, "run_manifest.json", dumps(manifest))
     _write(out, "summary.md", summary_markdown(results))
-    table = Table("scenario", "policy", "on-policy - prod", "per-decision - prod",
-                  "raw fav. infeasible", title=f"{out}/summary.md (intervals there)")  # fmt: skip
+    table = Table(
+        title=f"candidate - production (full intervals in {out}/summary.md)",
+        caption="n.d.: no detectable difference (the interval covers 0)",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        padding=(0, 1, 0, 0),
+        title_justify="left",
+    )
+    for name in ("scenario", "policy", "on-policy", "per-decision", "raw fav. infeasible"):
+        table.add_column(name, overflow="fold", justify="left" if len(name) < 9 else "right")
     for scenario, by_policy in results["scenarios"].items():
         for name, summary in by_policy.items():
             if name == PRODUCTION:
@@ -221,9 +230,11 @@ def compare(
 
 
 def _short(i: dict[str, Any]) -> str:
+    """``+0.100 wins`` / ``-0.600 loses`` / ``+0.000 n.d.``: the mean and its verdict."""
     from service.learning.compare import verdict
 
-    return f"{i['mean']:+.3f} {verdict(i)}"
+    word = verdict(i)
+    return f"{i['mean']:+.3f} {'n.d.' if word == 'no difference' else word}"
 
 
 @learning_app.command()
