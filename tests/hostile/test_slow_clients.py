@@ -72,11 +72,10 @@ def test_declared_oversized_body_is_413_before_it_is_sent(
     port = service.http_port
     with _connect(port) as sock:
         sock.sendall(_headers(port, runtime_token, "Content-Length: 1073741824\r\n") + b"{")
-        started = time.perf_counter()
         response = _read_response(sock)
-        elapsed = time.perf_counter() - started
+    # An answer at all proves it came before the body: the gigabyte is never sent, so a
+    # server that waited for it would only ever close the connection at its deadline.
     assert response.startswith(b"HTTP/1.1 413"), response[:200]
-    assert elapsed < 2.0
     assert _rejected(service) == 1
 
 
@@ -106,6 +105,10 @@ def test_chunked_oversized_body_is_413_once_the_limit_is_passed(
     # What was sent before the answer came: the server's read plus socket buffers.
     assert sent < planned / 8, f"{sent} bytes sent before the refusal"
     assert _rejected(service) == 1
+
+
+LATE_S = 30.0
+"""How much later than its deadline a loaded server may cut a slow client off."""
 
 
 @dataclass
@@ -174,21 +177,23 @@ def _check_slow_clients_are_cut_off(
     kinds = ["headers"] * 6 + ["body"] * 4 + ["idle"] * 2
     rejected_before = count_rejected()
     latencies: list[float] = []
+    served_while_all_open = 0  # good requests answered while every slow client still hung on
     with (
         httpx.Client(
             base_url=f"http://127.0.0.1:{port}",
             headers={"authorization": f"Bearer {token}"},
-            timeout=5,
+            timeout=60,
         ) as http,
-        _slow_clients(port, token, kinds, give_up_s=deadline_s + 5) as clients,
+        _slow_clients(port, token, kinds, give_up_s=deadline_s + LATE_S + 30) as clients,
     ):
-        time.sleep(0.3)
         until = time.perf_counter() + deadline_s + 0.5
         while time.perf_counter() < until:
             started = time.perf_counter()
             assert http.post("/v1/mirror", content=good_request).status_code == 202
             latencies.append(time.perf_counter() - started)
-            time.sleep(0.1)
+            if all(c.closed_after is None for c in clients):
+                served_while_all_open += 1
+            time.sleep(0.1)  # pacing of the good client, not a synchronisation
     closed = sorted((c.kind, c.closed_after) for c in clients)
     print(
         f"\nslow clients closed after (s): {closed}; {len(latencies)} good requests meanwhile, "
@@ -196,9 +201,12 @@ def _check_slow_clients_are_cut_off(
     )
     for client in clients:
         assert client.closed_after is not None, f"{client.kind} client was never cut off"
-        assert deadline_s - 0.5 <= client.closed_after <= deadline_s + 2.5, client
+        # Not before the deadline (load only delays); later only as late as load can
+        # make it, far before the clients give up.
+        assert deadline_s - 0.5 <= client.closed_after <= deadline_s + LATE_S, client
         assert client.response == b"", client.response[:200]
-    assert max(latencies) < 1.0
+    # Served meanwhile: a server stuck on slow clients could answer none of these.
+    assert served_while_all_open >= 1, (served_while_all_open, closed)
     assert count_rejected() - rejected_before == kinds.count("body")
 
 
@@ -216,10 +224,10 @@ def _server_with_deadline(service: Service, deadline_s: int) -> Iterator[int]:
     server = uvicorn.Server(config)
     thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
     thread.start()
-    for _ in range(500):
-        if server.started:
-            break
-        time.sleep(0.01)
+    guard = time.monotonic() + 120  # a hang guard: the server starts in milliseconds
+    while not server.started:
+        assert time.monotonic() < guard and thread.is_alive(), "uvicorn never started"
+        time.sleep(0.01)  # poll interval of a condition wait
     try:
         yield int(sock.getsockname()[1])
     finally:
@@ -275,10 +283,11 @@ def test_a_client_that_goes_away_mid_body_is_a_counted_rejection_not_an_error(
     body = json.dumps({"schema_version": 1}).encode()
     with _connect(port) as sock:
         sock.sendall(_headers(port, runtime_token, f"Content-Length: {len(body) * 10}\r\n") + body)
-        time.sleep(0.2)
-    deadline = time.monotonic() + 5
-    while _rejected(service) < 1 and time.monotonic() < deadline:
-        time.sleep(0.05)
+        time.sleep(0.2)  # the client's own pause mid-body before it goes away (the scenario)
+    guard = time.monotonic() + 120  # a hang guard, not a speed requirement
+    while _rejected(service) < 1:
+        assert time.monotonic() < guard, "the rejection was never counted (hang guard)"
+        time.sleep(0.05)  # poll interval of a condition wait
     assert _rejected(service) == 1
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
 

@@ -55,12 +55,14 @@ def steady_load(
     invalid_every: int = 0,
     stop: threading.Event | None = None,
     on_accepted: Callable[[int], None] | None = None,
+    max_sent: int | None = None,
 ) -> LoadResult:
     """Unary mirrors at `rate_per_s` for `duration_s` (bounded), counting every answer.
 
     The pacing sleep below spaces the calls; it synchronises nothing. A test
     that must act after some acks passes `on_accepted` (called with the
-    number accepted so far) and waits on that, not on a time.
+    number accepted so far) and waits on that, not on a time; one that needs
+    an exact amount of traffic passes `max_sent`.
     """
     result = LoadResult()
     auth = (("authorization", f"Bearer {token}"),)
@@ -70,6 +72,8 @@ def steady_load(
         stub = shadow_pb2_grpc.ShadowEvaluationStub(channel)  # type: ignore[no-untyped-call]
         i = 0
         while time.perf_counter() - start < duration_s and not (stop and stop.is_set()):
+            if max_sent is not None and result.sent >= max_sent:
+                break
             msg = mirror_request_to_pb(requests[i % len(requests)])
             msg.request_id = f"{tag}-{i}"
             if invalid_every and i % invalid_every == invalid_every - 1:

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+import pytest
 
 from service.app import Service
 from service.contract import MirrorRequest
@@ -74,13 +75,20 @@ class RaisingPolicy:
         raise RuntimeError("model exploded")
 
 
+BUDGET_MS = 200.0
+"""The budget `_run` configures. Wide on purpose: the healthy policies (a few ms) and the
+jittery one (1.5x, under the 3x strike) keep hundreds of ms of margin on a loaded machine;
+the slow one (10x) is only slower there. The sleeps below are the policies' cost, not
+synchronisation."""
+
+
 class SlowPolicy:
-    """Takes ten times the 20 ms budget the test configures."""
+    """Takes ten times the budget the test configures."""
 
     name, version = "slow-policy", "test"
 
     def decide(self, batch: ScoringBatch, rng: np.random.Generator) -> PolicyDecisions:
-        time.sleep(0.2)
+        time.sleep(10 * BUDGET_MS / 1e3)
         return FirstFit().decide(batch, rng)
 
 
@@ -95,7 +103,7 @@ def _run(
     service = make_service(
         **overrides,
         policies=Registry(policies=policies, predictors={}),
-        policy_time_budget_ms=20.0,
+        policy_time_budget_ms=BUDGET_MS,
         quarantine_failures=2,
         quarantine_window_s=60.0,
         quarantine_cooldown_s=600.0,
@@ -110,6 +118,7 @@ def _run(
     return service, ids, time.perf_counter() - started
 
 
+@pytest.mark.live
 def test_bad_policies_are_quarantined_and_the_others_carry_on(
     make_service: Callable[..., Service],
     runtime_token: str,
@@ -171,15 +180,16 @@ def test_bad_policies_are_quarantined_and_the_others_carry_on(
 
 
 class JitteryPolicy:
-    """Over its 20 ms budget by half on every batch: flagged, never quarantined."""
+    """Over its budget by half on every batch: flagged, never quarantined."""
 
     name, version = "jittery-policy", "test"
 
     def decide(self, batch: ScoringBatch, rng: np.random.Generator) -> PolicyDecisions:
-        time.sleep(0.03)
+        time.sleep(1.5 * BUDGET_MS / 1e3)
         return FirstFit().decide(batch, rng)
 
 
+@pytest.mark.live
 def test_budget_jitter_is_flagged_but_does_not_quarantine(
     make_service: Callable[..., Service],
     runtime_token: str,

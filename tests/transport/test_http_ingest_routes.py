@@ -52,10 +52,10 @@ def _serve(app: FastAPI) -> Iterator[str]:
     server = uvicorn.Server(config)
     thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
     thread.start()
-    for _ in range(500):
-        if server.started:
-            break
-        time.sleep(0.01)
+    deadline = time.monotonic() + 120  # a hang guard: the server starts in milliseconds
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn never started"
+        time.sleep(0.01)  # poll interval of a condition wait
     try:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
