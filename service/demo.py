@@ -41,7 +41,7 @@ from service.auth import token_digest
 from service.client import MirrorClient
 from service.contract import MirrorRequest, Outcome
 from service.demo_noise import collapsed_noise, transitions_shown_by_demo
-from service.demo_payoff import NextCommands, demo_ope, print_next, print_ope
+from service.demo_payoff import NextCommands, demo_ope, drift_lines, print_next, print_ope
 from service.demo_protocol import OWNER, ProtocolWatch, describe_stop, load_protocol
 from service.demo_view import LiveView, closing_tables, summed
 from service.environment import World, load_scenario, log_episode
@@ -157,6 +157,10 @@ def _close(
     with console.status("estimating every candidate off-policy (as `understudy ope`)"):
         report = demo_ope(service.engine)
     print_ope(console, report)
+    with console.status("comparing the inputs with each policy's training data"):
+        drift = drift_lines(service.engine, service.settings.policies_dir)
+    for line in drift:
+        console.print(line, highlight=False)
     if watch.stop_event is None:
         console.print(
             f"[yellow]{watch.criterion_line()}: not stopped within this traffic[/]",

@@ -12,14 +12,17 @@ unwrapped line so that it pastes as it is, from the repository root.
 
 from __future__ import annotations
 
+import math
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 
 from rich.console import Console
 from sqlalchemy import Engine
 
 from service.auth import token_digest
 from service.cli_ope_table import compact_table
+from service.evaluation_report.drift_section import build_drift_section
 from service.evaluation_report.marks import THIN_ESS
 from service.evaluation_report.ope_run import OpeReport, PolicyReport, Traffic, run_ope
 from service.storage.ope_reads import OpeFilter, read_ope_log
@@ -80,6 +83,35 @@ def print_ope(console: Console, report: OpeReport) -> list[str]:
         console.print(line, highlight=False, soft_wrap=True)  # one line per verdict
     console.print(f"[dim]{NOTE}[/]", highlight=False)
     return [p.policy[0] for p in report.policies if short_verdict(p) == _VERDICTS[1][1]]
+
+
+def drift_lines(engine: Engine, policies_dir: Path) -> list[str]:
+    """Input drift per policy, as the evidence package's drift section computes it.
+
+    The live drift monitor closes a window every `drift_window_requests` (4,000 by
+    default: more than the demo sends), so the demo reads the section `evidence`
+    builds, which sizes its windows to the log.
+    """
+    section = build_drift_section(engine, OpeFilter(), policies_dir)
+    if section is None:
+        return []
+    parts = []
+    for p in section.results["policies"]:
+        windows = p["windows"]
+        flagged = sum(bool(w["flagged"]) for w in windows)
+        psi = {k: v for k, v in p["psi"].items() if v is not None and math.isfinite(v)}
+        top = sorted(psi, key=lambda k: -psi[k])[:2]
+        detail = f" (most: {', '.join(top)})" if flagged and top else ""
+        parts.append(f"{p['policy']} {flagged}/{len(windows)} windows flagged{detail}")
+    if not parts:
+        return []
+    return [
+        "Input drift against each policy's training data (`evidence`'s drift section): "
+        + "; ".join(parts)
+        + ". A flag means the policy now sees requests unlike those of its training summary "
+        "(the demo's fleet is larger and emptier than the `train` scenario's): its "
+        "estimates are about inputs it did not learn from; `evidence` names the features."
+    ]
 
 
 @dataclass(frozen=True)
