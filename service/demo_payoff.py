@@ -147,8 +147,7 @@ class NextCommands:
                 f"--policy {self.policy}",
             ),
             (
-                "the reviewer API: serve the log (a reviewer token), wait for its "
-                '"listening" line, then ask why the protocol stopped',
+                'reviewer API: serve the log, wait for "listening", ask why it stopped',
                 f"{serve_env} .venv/bin/understudy serve &",
             ),
             (
