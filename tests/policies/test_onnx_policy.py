@@ -157,11 +157,13 @@ def test_latency_of_a_16_by_50_batch_is_within_budget(
     policy = registry.policies[name]
     rng = np.random.default_rng(0)
     policy.decide(large_batch, rng)
+    # CPU seconds of this process (all its threads), not wall time: other work on a busy
+    # machine delays a call without making it cost more, and the budget is about the cost.
     times = []
     for _ in range(30):
-        start = time.perf_counter()
+        start = time.process_time()
         policy.decide(large_batch, rng)
-        times.append(time.perf_counter() - start)
+        times.append(time.process_time() - start)
     assert float(np.median(times)) < registry.manifests["gavel-scorer"].time_budget_ms / 1e3
 
 

@@ -83,7 +83,7 @@ _OWNER = textwrap.dedent(
         conn.execute(text("CREATE TABLE survivor (x int)"))
         conn.execute(text("INSERT INTO survivor VALUES (42)"))
     print(server.pid, flush=True)
-    time.sleep(600)
+    time.sleep(600)  # the owner idles until the test SIGKILLs it (a bound, not a wait)
     """
 )
 
