@@ -23,7 +23,7 @@ class PerRequestCost:
         self.cost = seconds_per_request
 
     def decide(self, batch: ScoringBatch, rng: np.random.Generator) -> PolicyDecisions:
-        time.sleep(self.cost * batch.n_requests)
+        time.sleep(self.cost * batch.n_requests)  # its cost, not a synchronisation
         return FirstFit().decide(batch, rng)
 
 

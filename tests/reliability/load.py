@@ -81,7 +81,7 @@ def steady_load(
             sent_at = time.perf_counter()
             result.sent += 1
             try:
-                ack = stub.Mirror(msg, metadata=auth, timeout=5)
+                ack = stub.Mirror(msg, metadata=auth, timeout=60)  # a hang guard
                 if ack.status == shadow_pb2.ACK_STATUS_ACCEPTED:
                     result.accepted.append(msg.request_id)
                     if on_accepted is not None:
@@ -99,5 +99,5 @@ def steady_load(
             next_at = start + i * interval
             delay = next_at - time.perf_counter()
             if delay > 0:
-                time.sleep(delay)
+                time.sleep(delay)  # pacing of the generator, not a synchronisation
     return result
