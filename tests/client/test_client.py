@@ -27,6 +27,8 @@ from service.pipeline.journal_format import RecordKind
 from service.wire.convert import mirror_request_to_pb
 from service.wire.understudy.v1 import contract_pb2, shadow_pb2
 
+pytestmark = pytest.mark.live  # waits on a real service: run under load by make test-busy
+
 ALLOWED_ROOTS = {
     "grpc",
     "google",

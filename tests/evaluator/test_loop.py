@@ -178,6 +178,7 @@ def test_only_the_lease_holder_evaluates(rig: Rig) -> None:
     assert holders == {"a"}
 
 
+@pytest.mark.live
 def test_a_leader_paused_before_applying_applies_nothing(rig: Rig) -> None:
     """In-process version of the two-process test: the pause lands between decide and apply."""
     rig.desk.start("exp", 1, ADMIN, "go", document=protocol_doc(id="exp"))

@@ -34,6 +34,8 @@ from service.transport.http.convert import mirror_to_json
 from service.transport.http.slow_clients import RequestDeadlineProtocol
 from tests.hostile.metrics_read import counter_sum
 
+pytestmark = pytest.mark.live  # waits on a real service: run under load by make test-busy
+
 LIMIT = 64 * 1024
 
 

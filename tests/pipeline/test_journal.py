@@ -530,6 +530,7 @@ def test_directory_is_locked_while_open(tmp_path: Path) -> None:
         assert j.head_seq == 0
 
 
+@pytest.mark.live
 def test_wait_for_records_wakes_on_append_and_times_out(tmp_path: Path) -> None:
     with IngestJournal(cfg(tmp_path)) as j:
         t0 = time.monotonic()

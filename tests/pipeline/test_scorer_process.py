@@ -34,6 +34,8 @@ from service.wire.understudy.v1 import shadow_pb2, shadow_pb2_grpc
 from tests.reliability.load import LoadResult, steady_load
 from tests.transport.test_decision_log_e2e import wait_until
 
+pytestmark = pytest.mark.live  # waits on a real service: run under load by make test-busy
+
 WINDOW = 250  # the smallest drift window the settings allow
 BASELINES = Registry(
     policies={"least-loaded": LeastLoaded(), "first-fit": FirstFit()}, predictors={}

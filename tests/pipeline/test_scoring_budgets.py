@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 
 from service.contract import MirrorRequest
 from service.pipeline.scoring import REFERENCE_BATCH, score_batch
@@ -27,6 +28,7 @@ class PerRequestCost:
         return FirstFit().decide(batch, rng)
 
 
+@pytest.mark.live
 def test_budget_scales_with_the_batch_and_still_catches_a_slow_policy(
     requests_sample: list[MirrorRequest],
 ) -> None:

@@ -150,6 +150,7 @@ def test_scorer_attaches_predictions_and_samples_from_softmax(
     assert 0 < first.max() < 1  # softmax, not argmax
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("name", ["gavel-scorer", "throughput-greedy"])
 def test_latency_of_a_16_by_50_batch_is_within_budget(
     name: str, registry: Registry, large_batch: ScoringBatch

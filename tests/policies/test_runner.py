@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 
 from service.policies.base import DecisionStatus, PolicyDecisions, ScoringBatch
 from service.policies.baselines import FirstFit, RandomFeasible
@@ -60,6 +61,7 @@ def test_adding_a_policy_does_not_change_another_policys_draws(
     assert policy_rng(9, "a").random() != policy_rng(9, "b").random()
 
 
+@pytest.mark.live
 def test_over_budget_decisions_are_kept_but_flagged_timeout(decided_batch: ScoringBatch) -> None:
     runs = decide_all([Slow(), FirstFit()], decided_batch, 0, {"slow": 0.005, "first-fit": 60.0})
     slow = runs["slow"]

@@ -31,6 +31,8 @@ from service.transport.http.convert import mirror_to_json
 from service.wire.convert import mirror_request_to_pb
 from service.wire.understudy.v1 import shadow_pb2, shadow_pb2_grpc
 
+pytestmark = pytest.mark.live  # waits on a real service: run under load by make test-busy
+
 
 def wait_until(condition: Callable[[], bool], timeout: float = 120.0) -> None:
     """Poll `condition` until true; `timeout` is a hang guard, never a speed requirement."""
