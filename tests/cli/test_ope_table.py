@@ -19,7 +19,9 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from service.cli import app
+from service.cli_ope_table import FLAGS
 from service.demo import run_demo
+from service.evaluation_report.marks import MarkKind
 from service.storage import stop_embedded
 from service.storage.admin import EMBEDDED_SUBDIR
 from tests.pg_fixtures import pg_home
@@ -60,6 +62,9 @@ def test_at_80_columns_every_policy_has_a_whole_row_and_the_csv_has_every_estima
         row = [line for line in lines if line.split(" ")[0] == p["policy"]]
         assert len(row) == 1, (p["policy"], out)
         assert "[" in row[0] and "]" in row[0], row  # its interval, whole on one line
+        marks = {m["kind"] for m in p["estimates"][p["primary"]].get("marks", [])}
+        flags = {FLAGS[MarkKind(kind)] for kind in marks}
+        assert flags <= set(row[0].split()[-1].split(",")), (marks, row)  # marked, and said
     with (tmp_path / "t.csv").open() as f:
         head, *rows = list(csv.reader(f))
     assert head[:4] == ["policy", "estimator", "value", "interval"] and "marks" in head
