@@ -22,6 +22,8 @@ from service.storage.evaluation_store import (
     FencedProtocolRecords,
     LeaseGrant,
 )
+from service.storage.chain_tables import chain_retirements
+from service.storage.reviewer_tables import reviewer_access_log
 from service.storage.tables import metadata
 from tests.evaluator.conftest import protocol_doc
 
@@ -69,6 +71,9 @@ def test_core_tables_match_migration_0003(db_url: str) -> None:
         engine.dispose()
     assert diff == []
     assert {"evaluator_leases", "evaluations", "evidence_snapshots"} <= set(metadata.tables)
+    # The chain and reviewer tables join `metadata` when their modules are imported (done
+    # above): without them this test passed only after some other test imported them.
+    assert {chain_retirements.name, reviewer_access_log.name} <= set(metadata.tables)
 
 
 LONG_S = 600.0
