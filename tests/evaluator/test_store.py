@@ -16,13 +16,13 @@ from service.contract.errors import Conflict
 from service.protocols import Action, ActorRole, Identity, ProtocolDesk, State
 from service.protocols.criteria import Evaluation, Role, Status
 from service.storage import ProtocolStore, make_engine
+from service.storage.chain_tables import chain_retirements
 from service.storage.evaluation_store import (
     EvaluationStore,
     EvidenceSnapshot,
     FencedProtocolRecords,
     LeaseGrant,
 )
-from service.storage.chain_tables import chain_retirements
 from service.storage.reviewer_tables import reviewer_access_log
 from service.storage.tables import metadata
 from tests.evaluator.conftest import protocol_doc
