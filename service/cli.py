@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import warnings
 
 import typer
 from pydantic.fields import FieldInfo
@@ -16,7 +15,7 @@ from rich.text import Text
 
 from service.auth import token_digest
 from service.cli_capacity import capacity_app
-from service.cli_errors import GuardedGroup, decision_log_url, parse_database_url
+from service.cli_errors import GuardedGroup, decision_log_url, parse_database_url, quiet_startup
 from service.cli_evaluation import evaluation_app
 from service.cli_export import export_app
 from service.cli_learning import learning_app
@@ -43,8 +42,6 @@ def main(
     ),
 ) -> None:
     """Understudy: shadow evaluation of compute placement policies."""
-    # The embedded server's import warns once per run about XDG_RUNTIME_DIR: noise to a user.
-    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
 
 
 @app.command()
@@ -119,7 +116,8 @@ def db_upgrade() -> None:
     settings = Settings()
     if settings.database_url:
         parse_database_url(settings.database_url)
-    url, _ = open_database(settings.database_url, settings.data_dir)
+    with quiet_startup():
+        url, _ = open_database(settings.database_url, settings.data_dir)
     upgrade(url)
     console.print("[green]decision log at the latest schema[/]")
 
@@ -137,7 +135,8 @@ def replay(
 
     settings = Settings()
     url = decision_log_url(settings)
-    registry = load_registry(settings.policies_dir)
+    with quiet_startup():
+        registry = load_registry(settings.policies_dir)
     if policy not in registry.policies:
         console.print(
             f"[red]unknown policy `{policy}`; loaded: {', '.join(sorted(registry.policies))}"

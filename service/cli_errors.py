@@ -4,7 +4,7 @@ A newcomer's first mistakes — no decision log in the data directory, a URL
 that does not parse or does not answer, a missing file, a bad option value —
 must read as two lines, not as a traceback. Commands raise what they raise
 (domain errors from `service.contract.errors`, `OSError`, SQLAlchemy's
-errors); `GuardedGroup`, the main app's click group, translates them at the
+errors); `GuardedGroup`, the class of the app's groups, translates them at the
 edge, the way httpx maps a dependency's exceptions in its transports::
 
     Exception
@@ -31,6 +31,9 @@ look is stopped again).
 from __future__ import annotations
 
 import os
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, NoReturn
@@ -64,6 +67,18 @@ class UserError(Exception):
         self.message = message
         self.fix = fix
         self.exit_code = exit_code
+
+
+@contextmanager
+def quiet_startup() -> Iterator[None]:
+    """Start-up noise inside the block as the demo shows it (`service.demo_noise`): the
+    CUDA-asked, CPU-used warnings as one line on stderr; the embedded server's
+    "XDG_RUNTIME_DIR is not set" (it falls back to /tmp) not at all. `serve` keeps both."""
+    from service.demo_noise import collapsed_noise
+
+    with collapsed_noise(_stderr), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+        yield
 
 
 def command_name() -> str:
@@ -144,7 +159,8 @@ def decision_log_url(settings: Settings) -> str:
         )
     started_here = running_pid(pg_dir) is None
     try:
-        url = start_embedded(pg_dir).url()
+        with quiet_startup():
+            url = start_embedded(pg_dir).url()
     except RuntimeError as exc:
         raise UserError(str(exc), fix=f"see the server log in `{pg_dir}/log`") from exc
     try:

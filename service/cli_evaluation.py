@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy import Engine
 
-from service.cli_errors import decision_log_url
+from service.cli_errors import decision_log_url, quiet_startup
 from service.cli_ope_table import print_results, write_csv
 from service.contract.workload import WorkloadKind as Kinds
 from service.evaluation_report.arrays import Reward
@@ -222,7 +222,9 @@ def evidence(
     policies_dir = Settings().policies_dir
     status = Console(stderr=True).status("decoding stored requests")
     with status, _engine() as engine:
-        decoded = decode_log(engine, log, load_predictor(policies_dir))
+        with quiet_startup():
+            predictor = load_predictor(policies_dir)
+        decoded = decode_log(engine, log, predictor)
         report = run_ope(
             log,
             reward=reward,
