@@ -208,6 +208,7 @@ def evidence(
     online-bounded numbers the evaluator stored (when any protocol ran online).
     """
     from service.evaluation_report.calibration_section import build_calibration_section
+    from service.evaluation_report.decision import time_range
     from service.evaluation_report.decoded import decode_log, load_predictor, slice_labels
     from service.evaluation_report.drift_section import build_drift_section
     from service.evaluation_report.failure_section import build_failure_section
@@ -243,7 +244,12 @@ def evidence(
         ]
         sections = [s for s in built if s is not None]
         status.update("drawing figures")
-        package = build_ope_package(report, source=describe(where), sections=sections)
+        package = build_ope_package(
+            report,
+            source=describe(where),
+            sections=sections,
+            span=time_range(log.received_at),
+        )
     index = package.write(out)
     print_report(report)
     console.print(f"evidence package written to {index} (every table and results.json there)")

@@ -16,15 +16,17 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from service.cli_evaluation import evaluation_app
+from service.cli_evaluation import evaluation_app, read_log
 from service.demo import run_demo
 from service.storage import stop_embedded
 from service.storage.admin import EMBEDDED_SUBDIR
+from service.storage.ope_reads import OpeFilter
 from tests.evaluation.package_check import check_package, check_sections
 from tests.pg_fixtures import pg_home
 
@@ -70,7 +72,7 @@ def test_ope_prints_a_numeric_interval_for_a_candidate(demo_dir: Path, tmp_path:
 
 
 def test_evidence_writes_a_complete_package_with_failure_modes_and_slices(
-    demo_dir: Path, tmp_path: Path
+    demo_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     folder = tmp_path / "evidence"
     out = CliRunner().invoke(
@@ -95,3 +97,18 @@ def test_evidence_writes_a_complete_package_with_failure_modes_and_slices(
     assert classes & {"K80", "V100"}, classes
     assert "online_bounded" not in results["sections"]
     assert any("no online-bounded evidence" in f for f in results["limitations"])
+    _assert_header_spans_the_log(demo_dir, results, monkeypatch)
+
+
+def _assert_header_spans_the_log(
+    root: Path, results: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The package's time range is the log's own first and last `received_at`."""
+    for name, value in _env(root).items():
+        monkeypatch.setenv(name, value)
+    log = read_log(OpeFilter())
+    assert len(log.received_at) > 0
+    span = results["time_range"]
+    assert span is not None, "the CLI built the package without the data's time range"
+    assert span["first"] == pytest.approx(float(log.received_at.min()))
+    assert span["last"] == pytest.approx(float(log.received_at.max()))
