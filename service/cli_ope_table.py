@@ -28,19 +28,24 @@ from rich.table import Table
 from service.evaluation_report.marks import Marked, MarkKind, mark_result, range_of
 from service.evaluation_report.ope_run import OpeReport, PolicyReport
 from service.evaluation_report.summary import RESULT_HEAD, difference_mark, result_table, text
-from service.ope import Estimate, Interval
+from service.ope import Estimate, Interval, IntervalMethod
 
 FLAGS = {
-    MarkKind.TOO_THIN: "thin",
-    MarkKind.OUTSIDE_RANGE: "range",
-    MarkKind.BOUND_CLIPPED: "clip",
+    MarkKind.TOO_THIN: "T",
+    MarkKind.OUTSIDE_RANGE: "R",
+    MarkKind.BOUND_CLIPPED: "C",
 }
-"""The compact table's one-word flag per mark kind (the legend is printed under it)."""
+"""The compact table's one-letter flag per mark kind (the legend is printed under it):
+letters, because three words side by side push the row past 80 columns."""
+
+HEAVY_TAIL = "H"
+"""The flag of a variance-based interval on a heavy weight tail (`_normal_on_heavy_tail`)."""
 
 _LEGEND = {
-    "thin": "ESS too small to mean much",
-    "range": "value outside the reward's range",
-    "clip": "interval clipped to the range",
+    "T": "ESS too small to mean much",
+    "R": "value outside the reward's range",
+    "C": "interval clipped to the range",
+    HEAVY_TAIL: "heavy weight tail (k-hat >= 0.5): the value's interval is not 95%",
 }
 
 
@@ -77,6 +82,9 @@ def print_results(console: Console, report: OpeReport) -> None:
         console.print(f"[bold]{p.label}[/]: {p.verdict}")
 
 
+_VARIANCE_BASED = frozenset({IntervalMethod.NORMAL, IntervalMethod.BOOTSTRAP})
+"""Intervals whose coverage rests on a finite weight variance (`Diagnostics.heavy_tail`)."""
+
 _TEXT_WIDTH = {"verdict": 40, "marks": 40}
 """Sentence columns of the full table wrap at this width; numbers never wrap."""
 
@@ -98,6 +106,7 @@ def _table(title: str) -> Table:
         title_justify="left",
         show_edge=False,
         padding=(0, 1, 0, 0),
+        caption_justify="left",
     )
 
 
@@ -110,7 +119,7 @@ def compact_table(report: OpeReport) -> Table:
     )
     reward = range_of(report.reward)
     rows = [_compact_row(p, report) for p in report.policies]
-    flagged = sorted({word for row in rows for word in row[-1].split(",") if word})
+    flagged = [w for w in _LEGEND if any(w in row[-1].split(",") for row in rows)]
     for name in ("policy", "value", "interval", "vs production", "ESS"):
         table.add_column(name, overflow="fold", justify="left" if name == "policy" else "right")
     if flagged:
@@ -119,7 +128,7 @@ def compact_table(report: OpeReport) -> Table:
     table.add_row(*production, "", "", *([""] if flagged else []))
     for row in rows:
         table.add_row(*(row if flagged else row[:-1]))
-    legend = "; ".join(f"{w}: {_LEGEND[w]}" for w in flagged)
+    legend = "\n".join(f"{w}: {_LEGEND[w]}" for w in flagged)
     table.caption = (legend + "\n" if legend else "") + (
         f"reward range {reward.text()}; every estimator and diagnostic: --json / --csv"
     )
@@ -127,7 +136,12 @@ def compact_table(report: OpeReport) -> Table:
 
 
 def _compact_row(p: PolicyReport, report: OpeReport) -> list[str]:
-    """policy, value, interval, vs production, ESS, flags (comma-joined words)."""
+    """policy, value, interval, vs production, ESS, flags (comma-joined letters).
+
+    ``vs production`` is the interval the verdict rests on (`PolicyReport.vs_production`,
+    a betting interval for bounded rewards); ``tail`` flags a primary estimate whose
+    normal interval sits on a heavy weight tail (`Diagnostics.heavy_tail`).
+    """
     reward = range_of(report.reward)
     names = [q.policy[0] for q in report.policies]
     shown = p.policy[0] if names.count(p.policy[0]) == 1 else p.label
@@ -141,8 +155,17 @@ def _compact_row(p: PolicyReport, report: OpeReport) -> list[str]:
     vs = "—" if diff is None else _marked_interval(diff, signed=True)
     ess = "—" if result is None else _ess(result.diagnostics.ess)
     kinds = (m.kinds if m else frozenset()) | (diff.kinds if diff else frozenset())
-    flags = ",".join(FLAGS[k] for k in FLAGS if k in kinds)
-    return [shown, value, interval, vs, ess, flags]
+    words = [FLAGS[k] for k in FLAGS if k in kinds]
+    if _normal_on_heavy_tail(result):
+        words.append(HEAVY_TAIL)
+    return [shown, value, interval, vs, ess, ",".join(words)]
+
+
+def _normal_on_heavy_tail(result: object) -> bool:
+    """A variance-based interval over weights whose tail has infinite variance (k-hat >= 0.5)."""
+    if not isinstance(result, Estimate) or result.interval is None:
+        return False
+    return result.diagnostics.heavy_tail and result.interval.method in _VARIANCE_BASED
 
 
 def _marked_value(m: Marked) -> str:

@@ -84,6 +84,14 @@ def diagnostics_json(d: Diagnostics) -> dict[str, Any]:
         "unusable_pscore": d.unusable_pscore,
         "reward_min": _num(d.reward_min),
         "reward_max": _num(d.reward_max),
+        "khat": _num(d.khat),
+        "khat_limit": _num(d.khat_limit),
+        "heavy_tail": d.heavy_tail,
+        "unreliable_tail": d.unreliable_tail,
+        "weight_mean_z": _num(d.weight_mean_z),
+        "top_share": _num(d.top_share),
+        "expected_w2": _num(d.expected_w2),
+        "max_possible_weight": _num(d.max_possible_weight),
     }
 
 
