@@ -159,3 +159,27 @@ def test_start_up_noise_is_one_line_at_most_per_kind(demo: Run) -> None:
     assert sum("CUDA" in line for line in lines) <= 1, lines[:8]
     assert sum("XDG_RUNTIME_DIR" in line for line in lines) <= 1, lines[:8]
     assert not any("Warning" in line for line in lines[:6]), lines[:6]
+
+
+def test_heavy_weight_tails_are_named_and_no_verdict_rests_on_a_normal_interval(
+    demo: Run, tmp_path: Path
+) -> None:
+    """Issue 27 on the demo's own log: production is a softmax at temperature 0.2, so some
+    candidates' importance weights have a heavy tail. Each such IPS row says so, naming
+    k-hat; every verdict rests on the betting interval, whose coverage the table showed."""
+    out = CliRunner().invoke(
+        app,
+        ["ope", "--traffic", "simulated", "--json", str(tmp_path / "ope.json")],
+        env=_env(demo.root),
+    )
+    assert out.exit_code == 0, out.output
+    policies = json.loads((tmp_path / "ope.json").read_text())["policies"]
+    heavy = [p for p in policies if p["estimates"]["ips"]["diagnostics"]["heavy_tail"]]
+    assert heavy, "precondition: the demo's log has a heavy-tailed candidate"
+    for p in heavy:
+        ips = p["estimates"]["ips"]
+        khat = f"Pareto k-hat {ips['diagnostics']['khat']:.2f}"
+        assert any(khat in c for c in ips["caveats"]), (p["policy"], ips["caveats"])
+    for p in policies:
+        if p["vs_production"] is not None:
+            assert p["vs_production"]["method"] == "off-policy-betting-cs", p
