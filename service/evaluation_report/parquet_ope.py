@@ -239,8 +239,10 @@ def _estimate_pass(
 
 
 def _verdict_method(acc: _Policy, primary: Estimator, reward: Reward) -> IntervalMethod | None:
-    """``verdict_method`` on the primary's diagnostics (known after pass 2)."""
-    chosen = acc.targets[primary].streaming.estimate() if acc.kept else None
+    """``verdict_method`` on the primary's diagnostics (known after pass 2); None for a
+    policy pass 2 fed nothing (no usable rounds, or not a target: production's mirror)."""
+    streaming = acc.targets[primary].streaming
+    chosen = streaming.estimate() if streaming.n else None
     if not isinstance(chosen, Estimate):
         return None
     return verdict_method(chosen.diagnostics, bounded=reward in REWARD_BOUNDS)

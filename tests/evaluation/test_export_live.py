@@ -24,6 +24,7 @@ from typer.testing import CliRunner
 
 from service.app import build_service
 from service.auth import token_digest
+from service.cli import app as understudy
 from service.cli_evaluation import evaluation_app
 from service.cli_export import export_app
 from service.contract import Outcome
@@ -286,8 +287,10 @@ def test_an_empty_slice_exports_and_reads_as_no_rounds(live_log: LiveLog, tmp_pa
 
 
 def test_an_unreachable_database_is_a_message_not_a_traceback(tmp_path: Path) -> None:
+    """Through `understudy` itself, whose boundary (service.cli_errors) words user errors."""
     url = "postgresql+psycopg://nobody@127.0.0.1:1/none"
-    result = cli(export_app, ["--out", str(tmp_path / "x")], url)
-    assert result.exit_code == 1
+    result = cli(understudy, ["export", "--out", str(tmp_path / "x")], url)
+    assert result.exit_code == 3, result.output  # cli_errors: 3 = database unreachable
     assert isinstance(result.exception, SystemExit), result.exception  # typer.Exit, not a crash
-    assert "database unavailable" in result.output
+    assert "database unavailable" in result.output and "127.0.0.1:1" in result.output
+    assert "Traceback" not in result.output
