@@ -9,7 +9,8 @@ Python 3.11 from PyPI without Boost and a newer pybind11, so its outputs
 are stored with their inputs (``confseq_reference.json``, written by
 ``confseq_reference.py``, which says how to rebuild them beside confseq
 in a scratch venv; no skipped live variant stands in for it here). The
-off-policy and paired sequences share this capital code (`plugin_bets`, `log_capital`), so the check covers them.
+off-policy and paired sequences share this capital code (`plugin_bets`,
+`log_capital`), so the check covers them.
 """
 
 from __future__ import annotations
@@ -52,4 +53,3 @@ def test_betting_cs_matches_confseq(case: str) -> None:
     print(f"\n[ope] confseq {case}: bounds identical at {agree:.1%} of {len(x)} rounds")
     assert agree >= 0.99, case
     assert upper[-1] - lower[-1] < 0.3  # the sequence did narrow: not vacuously equal
-
