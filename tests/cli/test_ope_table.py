@@ -9,22 +9,17 @@ a newcomer reads it: ``UNDERSTUDY_DATA_DIR=<dir> understudy ope`` in an
 from __future__ import annotations
 
 import csv
-import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 from typer.testing import CliRunner
 
 from service.cli import app
 from service.cli_ope_table import FLAGS
-from service.demo import run_demo
 from service.evaluation_report.marks import MarkKind
-from service.storage import stop_embedded
-from service.storage.admin import EMBEDDED_SUBDIR
-from tests.pg_fixtures import pg_home
+from tests.demo_log import short_demo_log
 
 pytestmark = pytest.mark.slow  # the demo run takes ~20 s on 2 cores
 
@@ -32,14 +27,8 @@ pytestmark = pytest.mark.slow  # the demo run takes ~20 s on 2 cores
 @pytest.fixture(scope="module")
 def demo_dir() -> Iterator[Path]:
     """The data directory a short `make demo` leaves (server stopped, as the demo leaves it)."""
-    with pg_home() as home:
-        root = home / "demo"
-        quiet = Console(file=io.StringIO())
-        run_demo(episodes=2, duration_s=2.0, data_dir=str(root), console=quiet)
-        try:
-            yield root
-        finally:
-            stop_embedded(root / EMBEDDED_SUBDIR)
+    with short_demo_log() as root:
+        yield root
 
 
 def _ope(root: Path, columns: int, *extra: str) -> str:

@@ -11,7 +11,6 @@ slices by hardware class, model family and time window, and provenance tags.
 
 from __future__ import annotations
 
-import io
 import json
 import re
 from collections.abc import Iterator
@@ -19,16 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rich.console import Console
 from typer.testing import CliRunner
 
 from service.cli_evaluation import evaluation_app, read_log
-from service.demo import run_demo
-from service.storage import stop_embedded
-from service.storage.admin import EMBEDDED_SUBDIR
 from service.storage.ope_reads import OpeFilter
+from tests.demo_log import short_demo_log
 from tests.evaluation.package_check import check_package, check_sections
-from tests.pg_fixtures import pg_home
 
 pytestmark = pytest.mark.slow  # the demo run and the two commands take ~40 s on 2 cores
 
@@ -38,14 +33,8 @@ INTERVAL = re.compile(r"\[(-?\d+(?:\.\d+)?(?:e-?\d+)?), (-?\d+(?:\.\d+)?(?:e-?\d
 @pytest.fixture(scope="module")
 def demo_dir() -> Iterator[Path]:
     """The data directory a short `make demo` leaves (server stopped, as the demo leaves it)."""
-    with pg_home() as home:
-        root = home / "demo"
-        quiet = Console(file=io.StringIO())
-        run_demo(episodes=2, duration_s=2.0, data_dir=str(root), console=quiet)
-        try:
-            yield root
-        finally:
-            stop_embedded(root / EMBEDDED_SUBDIR)
+    with short_demo_log() as root:
+        yield root
 
 
 def _env(root: Path) -> dict[str, str]:
