@@ -50,6 +50,7 @@ from service.protocols.trackers import (
     BettingTracker,
     DifferenceTracker,
     MeanTracker,
+    PairedBettingTracker,
     ProportionTracker,
     Streams,
     Tracker,
@@ -126,12 +127,10 @@ class ExperimentMonitor:
                 lo, hi = bounds
                 if not base:
                     return BettingTracker(f"y:{m}", a, lo, hi, weight="w:cand")
+                if self.protocol.baseline.is_production:
+                    return PairedBettingTracker(f"y:{m}", "w:cand", a, lo, hi)
                 half = BettingTracker(f"y:{m}", a / 2, lo, hi, weight="w:cand")
-                other = (
-                    BettingTracker(f"y:{m}", a / 2, lo, hi)
-                    if self.protocol.baseline.is_production
-                    else BettingTracker(f"y:{m}", a / 2, lo, hi, weight="w:base")
-                )
+                other = BettingTracker(f"y:{m}", a / 2, lo, hi, weight="w:base")
                 return DifferenceTracker(half, other)
             self.notes[spec.name] = (
                 f"betting needs a bounded {m}; the asymptotic sequence is used instead"

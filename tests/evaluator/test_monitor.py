@@ -12,6 +12,7 @@ from service.protocols.criteria import Evaluation, Status
 from service.protocols.monitor import ExperimentMonitor
 from service.protocols.reward_model import LinearOutcomeModel
 from service.protocols.rounds import Decisions, JoinedRounds, QualityCounts
+from service.protocols.trackers import BettingTracker, DifferenceTracker
 from service.protocols.verdicts import decide
 from tests.evaluator.conftest import protocol_doc
 
@@ -161,3 +162,36 @@ def test_maximum_duration_and_authority_breaches() -> None:
     assert verdict is not None
     assert (verdict.action, verdict.criterion) == (Action.SIGNAL_ROLLBACK, "authority")
     assert "K80" in verdict.reason
+
+
+def test_against_production_the_betting_sequence_is_paired_and_narrower() -> None:
+    """Candidate minus production on the same rounds: one paired betting sequence
+    (PairedOffPolicyBettingCS) instead of two halves at alpha/2 joined by a union bound.
+    Both keep their coverage under any weight tail; the paired one must be narrower, and
+    it must still cover the true difference (0.1 - 0.4) on fresh seeds."""
+    covered, narrower = 0, 0
+    for seed in range(40):
+        rng = np.random.default_rng(100 + seed)
+        n = 600
+        action = rng.integers(0, 2, n)
+        reward = (rng.random(n) < np.where(action == 1, 0.1, 0.7)).astype(float)
+        target = np.zeros((n, 3))
+        target[:, 1] = 1.0
+        rounds = JoinedRounds(
+            reward=reward, cost=np.zeros(n), action=action, pscore=np.full(n, 0.5), target=target
+        )
+        m = _monitor(analysis={"estimator": "ips", "sequence": "betting"})
+        m.update_joined(rounds)
+        harm = _by_name(m.evaluations(0.0))["reward-harm"]
+        assert harm.method == "off-policy-betting-cs"
+        union = DifferenceTracker(
+            BettingTracker("y", 0.025, 0.0, 1.0, weight="w"), BettingTracker("y", 0.025, 0.0, 1.0)
+        )
+        union.update({"y": reward, "w": (action == 1) / 0.5})
+        truth = 0.1 - 0.4  # candidate's value minus production's (uniform over 0.7 and 0.1)
+        paired_interval = m.trackers["reward-harm"].interval()
+        covered += paired_interval.lower <= truth <= paired_interval.upper
+        u = union.interval()
+        narrower += (paired_interval.upper - paired_interval.lower) < (u.upper - u.lower)
+    assert covered >= 38, covered  # nominal 95%; betting is conservative
+    assert narrower == 40, narrower
