@@ -94,6 +94,13 @@ class RewardRange:
         """False when unbounded on both sides: nothing can be marked for range."""
         return math.isfinite(self.lower) or math.isfinite(self.upper)
 
+    @property
+    def bounds(self) -> tuple[float, float] | None:
+        """``(lower, upper)`` when both are finite (what a betting interval needs), else None."""
+        if math.isfinite(self.lower) and math.isfinite(self.upper):
+            return self.lower, self.upper
+        return None
+
     def contains(self, x: float) -> bool:
         """Whether ``lower <= x <= upper``."""
         return self.lower <= x <= self.upper

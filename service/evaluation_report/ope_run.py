@@ -40,6 +40,7 @@ from service.evaluation_report.arrays import (
     policy_rounds,
     production_rounds,
 )
+from service.evaluation_report.marks import range_of
 from service.ope import (
     BanditData,
     Estimate,
@@ -240,9 +241,10 @@ def constant_model(data: BanditData) -> NDArray[np.float64]:
     return np.repeat(q[:, None], data.n_actions, axis=1)
 
 
-REWARD_BOUNDS: dict[Reward, tuple[float, float]] = {Reward.SLO_MET: (0.0, 1.0)}
-"""Rewards with known bounds, which a betting interval needs (completion and queue
-times are unbounded)."""
+def reward_bounds(reward: Reward) -> tuple[float, float] | None:
+    """The reward's bounds from its declaration (`marks.range_of`), which a betting
+    interval needs; None for completion and queue times, which are unbounded."""
+    return range_of(reward).bounds
 
 
 def verdict(
@@ -279,7 +281,7 @@ def paired_interval(
     if chosen.contributions is None or data.n < 2:
         return None, np.zeros(0)
     paired = chosen.contributions - data.reward
-    bounds = REWARD_BOUNDS.get(reward)
+    bounds = reward_bounds(reward)
     method = verdict_method(chosen.diagnostics, bounded=bounds is not None)
     if method is IntervalMethod.NORMAL:
         return normal_interval(paired, level), paired

@@ -276,7 +276,8 @@ STYLE = (
     "td,th{border:1px solid #ccc;padding:2px 6px;vertical-align:top}"
     "img{max-width:100%}figure{margin:1em 0}"
     "dl.binding dt{font-weight:bold;margin-top:.5em}dl.binding dd{margin-left:1.5em}"
-    "section.decision{border:2px solid #444;padding:0 1em;margin:1em 0;overflow-x:auto}" + TABLE_STYLE
+    "section.decision{border:2px solid #444;padding:0 1em;margin:1em 0;overflow-x:auto}"
+    + TABLE_STYLE
 )
 
 

@@ -43,12 +43,12 @@ from service.evaluation_report.ope_run import (
     CONSTANT_MODEL_CAVEAT,
     DEFAULT_ESTIMATORS,
     NOT_TARGETS,
-    REWARD_BOUNDS,
     TIME_WINDOW,
     OpeReport,
     PolicyReport,
     Traffic,
     log_slices,
+    reward_bounds,
     time_windows,
     verdict,
 )
@@ -245,7 +245,7 @@ def _verdict_method(acc: _Policy, primary: Estimator, reward: Reward) -> Interva
     chosen = streaming.estimate() if streaming.n else None
     if not isinstance(chosen, Estimate):
         return None
-    return verdict_method(chosen.diagnostics, bounded=reward in REWARD_BOUNDS)
+    return verdict_method(chosen.diagnostics, bounded=reward_bounds(reward) is not None)
 
 
 def _variance_pass(
@@ -262,9 +262,9 @@ def _variance_pass(
             acc.targets
             and _verdict_method(acc, primary, reward) is IntervalMethod.OFF_POLICY_BETTING_CS
         ):
-            acc.betting = PairedOffPolicyBettingCS(
-                1 - level, *REWARD_BOUNDS[reward], n_planned=acc.kept
-            )
+            bounds = reward_bounds(reward)
+            assert bounds is not None  # the betting method is chosen only for bounded rewards
+            acc.betting = PairedOffPolicyBettingCS(1 - level, *bounds, n_planned=acc.kept)
     for acc, data, data_labels in _policy_data(scanned, policies, rounds, labels):
         if acc.betting is not None:
             acc.betting.update(weight=data.weight, reward=data.reward)

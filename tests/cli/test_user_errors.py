@@ -65,12 +65,27 @@ def where(
     tmp_path: Path,
     empty_data_dir: Path,
     fresh_db: Callable[[bool], str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> Where:
-    """The condition named by the test's parameter."""
+    """The condition named by the test's parameter.
+
+    The fix a missing log gets depends on whether the demo's log (``out/demo``, relative
+    to where the command runs) exists, so both cases run in a directory of the test's own
+    rather than in the checkout, where a developer's `make demo` may have left one."""
     kind = request.param
-    if kind == "no database":
+    if kind in ("no database", "no database, demo log present"):
         missing = tmp_path / "no-such-data-dir"
-        return Where(_env(data_dir=missing), (str(missing), "no decision log", "make demo"))
+        cwd = tmp_path / "cwd"
+        cwd.mkdir()
+        monkeypatch.chdir(cwd)
+        if kind == "no database":
+            return Where(_env(data_dir=missing), (str(missing), "no decision log", "make demo"))
+        (cwd / "out" / "demo" / "postgres").mkdir(parents=True)
+        (cwd / "out" / "demo" / "postgres" / "PG_VERSION").write_text("18\n")
+        return Where(
+            _env(data_dir=missing),
+            (str(missing), "no decision log", "the demo's log is in out/demo"),
+        )
     if kind == "empty data dir":
         return Where(_env(data_dir=empty_data_dir), (str(empty_data_dir), "no decision log"))
     if kind == "empty database":
@@ -107,6 +122,7 @@ def check_short(out: Result, most_lines: int = 2) -> list[str]:
 
 CONDITIONS = [
     "no database",
+    "no database, demo log present",
     "empty data dir",
     "empty database",
     "unreachable URL",
