@@ -98,7 +98,7 @@ def _latest(service: Service) -> dict[str, Evaluation]:
     return {s.evaluation.name: s.evaluation for s in rows}
 
 
-def _seen(service: Service, sent: int) -> str:
+def log_summary(service: Service, sent: int) -> str:
     """What the evaluator and the log hold now, for a failure message."""
     assert service.engine is not None
     statuses = {
@@ -110,6 +110,16 @@ def _seen(service: Service, sent: int) -> str:
         f" candidate decisions by status {statuses}; latest evaluations:"
         f" {[e.summary() for e in _latest(service).values()]}"
     )
+
+
+def folded_or_fired(service: Service, sent: int) -> bool:
+    """The evaluator fired `reward-harm`, or has folded all `sent` joined rounds without
+    firing: what to wait on before asserting the stop, instead of a time."""
+    latest = _latest(service)
+    folded, harm = latest.get("max_duration"), latest.get("reward-harm")
+    if harm is not None and harm.status is Status.FIRED:
+        return True
+    return folded is not None and folded.n >= sent
 
 
 @pytest.fixture()
@@ -168,7 +178,7 @@ def test_a_harmful_candidate_is_stopped_and_stops_being_scored(
     send_events(service, runtime_token, events)
 
     def seen() -> str:
-        return _seen(service, sent)
+        return log_summary(service, sent)
 
     assert service.engine is not None
     engine = service.engine

@@ -44,15 +44,25 @@ from sqlalchemy import text
 from service.app import Service
 from service.auth import token_digest
 from service.client import MirrorClient
-from service.contract import MirrorRequest
+from service.contract import MirrorRequest, Outcome
 from service.policies.base import Policy
 from service.policies.registry import load_registry
 from service.storage import start_embedded, stop_embedded, upgrade
+from service.storage.outcomes import count_joined_outcomes
 from service.wire.convert import mirror_request_to_pb, outcome_to_pb
 from service.wire.understudy.v1 import contract_pb2, shadow_pb2, shadow_pb2_grpc
 from tests.evaluator.harmful import NAME, SlowestThroughput
-from tests.evaluator.test_end_to_end import ADMIN_TOKEN, DOC, EPISODES, PROTOCOL, runtime_events
-from tests.live_traffic import generous
+from tests.evaluator.test_end_to_end import (
+    ADMIN_TOKEN,
+    DOC,
+    EPISODES,
+    HANG_GUARD_S,
+    PROTOCOL,
+    folded_or_fired,
+    log_summary,
+    runtime_events,
+)
+from tests.live_traffic import generous, wait_for
 from tests.observability.dashboards import (
     PROMETHEUS_DIR,
     REPO,
@@ -336,13 +346,26 @@ def _bad_day(
         timeout=10,
     )
     assert response.status_code == 200, response.text
+    events = runtime_events(EPISODES)
+    sent = sum(isinstance(e, Outcome) for e in events)
     with MirrorClient(f"127.0.0.1:{scoring.grpc_port}", runtime_token) as client:
-        for event in runtime_events(EPISODES):
+        for event in events:
             if isinstance(event, MirrorRequest):
                 assert client.mirror(mirror_request_to_pb(event))
             else:
                 assert client.report_outcome(outcome_to_pb(event))
         assert client.flush(60)
+    # Wait on the conditions themselves (as the evaluator's end-to-end test does): every
+    # outcome joined, then the evaluator fired or folded every joined round. The guards
+    # only catch a hung service, and say what the evaluator had seen.
+    engine = scoring.engine
+    assert engine is not None
+
+    def summary() -> str:
+        return log_summary(scoring, sent)
+
+    wait_for(lambda: count_joined_outcomes(engine) >= sent, summary, HANG_GUARD_S)
+    wait_for(lambda: folded_or_fired(scoring, sent), summary, HANG_GUARD_S)
     ids = mirror_all(scoring, runtime_token, requests_sample[:4], "obs")
     _report_outcomes(scoring, runtime_token, ids[:4], requests_sample[0].request_time)
     assert _reject_and_shed(shedding, runtime_token, requests_sample) > 0
@@ -367,7 +390,9 @@ def _bad_day(
     try:
         wait_until(scraped_after_traffic)  # a hang guard: the evaluator on a loaded box
     except AssertionError as exc:
-        raise AssertionError(f"after traffic, Prometheus saw {seen}") from exc
+        raise AssertionError(
+            f"after traffic, Prometheus saw {seen}; the log: {log_summary(scoring, sent)}"
+        ) from exc
     assert scoring.engine is not None
     _two_more_scrapes(prom)  # so every rate window holds a change
     # The experiment panels now, while the leader still exports the stopped
