@@ -322,7 +322,10 @@ def _bad_day(
         quarantine_window_s=60.0,
         quarantine_cooldown_s=600.0,
         evaluator_interval_s=0.5,
-        evaluator_lease_ttl_s=10.0,
+        # As in the evaluator's end-to-end test: a first tick over ~1,800 joined rounds
+        # on a loaded machine must not outlive its lease (a lost lease restarts the
+        # experiment's statistics, and a tick as slow again loses it again).
+        evaluator_lease_ttl_s=120.0,
         auth_tokens={
             token_digest(runtime_token): "runtime",
             token_digest(ADMIN_TOKEN): "admin:alice",
