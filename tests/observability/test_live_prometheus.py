@@ -43,26 +43,23 @@ from sqlalchemy import text
 
 from service.app import Service
 from service.auth import token_digest
-from service.client import MirrorClient
-from service.contract import MirrorRequest, Outcome
+from service.contract import MirrorRequest
 from service.policies.base import Policy
 from service.policies.registry import load_registry
 from service.storage import start_embedded, stop_embedded, upgrade
-from service.storage.outcomes import count_joined_outcomes
-from service.wire.convert import mirror_request_to_pb, outcome_to_pb
+from service.wire.convert import mirror_request_to_pb
 from service.wire.understudy.v1 import contract_pb2, shadow_pb2, shadow_pb2_grpc
 from tests.evaluator.harmful import NAME, SlowestThroughput
 from tests.evaluator.test_end_to_end import (
     ADMIN_TOKEN,
     DOC,
     EPISODES,
-    HANG_GUARD_S,
     PROTOCOL,
-    folded_or_fired,
     log_summary,
     runtime_events,
+    send_in_steps,
 )
-from tests.live_traffic import generous, wait_for
+from tests.live_traffic import generous
 from tests.observability.dashboards import (
     PROMETHEUS_DIR,
     REPO,
@@ -349,26 +346,9 @@ def _bad_day(
         timeout=10,
     )
     assert response.status_code == 200, response.text
-    events = runtime_events(EPISODES)
-    sent = sum(isinstance(e, Outcome) for e in events)
-    with MirrorClient(f"127.0.0.1:{scoring.grpc_port}", runtime_token) as client:
-        for event in events:
-            if isinstance(event, MirrorRequest):
-                assert client.mirror(mirror_request_to_pb(event))
-            else:
-                assert client.report_outcome(outcome_to_pb(event))
-        assert client.flush(60)
-    # Wait on the conditions themselves (as the evaluator's end-to-end test does): every
-    # outcome joined, then the evaluator fired or folded every joined round. The guards
-    # only catch a hung service, and say what the evaluator had seen.
-    engine = scoring.engine
-    assert engine is not None
-
-    def summary() -> str:
-        return log_summary(scoring, sent)
-
-    wait_for(lambda: count_joined_outcomes(engine) >= sent, summary, HANG_GUARD_S)
-    wait_for(lambda: folded_or_fired(scoring, sent), summary, HANG_GUARD_S)
+    # In parts, waiting on the evaluator between them, as the evaluator's end-to-end
+    # test does (`send_in_steps`): the stop does not depend on how the box keeps up.
+    sent = send_in_steps(scoring, runtime_token, runtime_events(EPISODES))
     ids = mirror_all(scoring, runtime_token, requests_sample[:4], "obs")
     _report_outcomes(scoring, runtime_token, ids[:4], requests_sample[0].request_time)
     assert _reject_and_shed(shedding, runtime_token, requests_sample) > 0
