@@ -70,10 +70,10 @@ ADMIN_TOKEN, REVIEWER_TOKEN = "alice-admin-token", "r-tok"
 
 
 EPISODES = 12
-"""Traffic sent before the stop is expected: 1,766 joined rounds (seed 0). The power is
-there whatever the machine's speed: an evaluator that folds them in small ticks stops
-after ~300-610 (DR difference -0.08 to -0.15, bound -0.02 to -0.10); one that sees all
-1,766 in one tick (it fell behind) stops at DR -0.205, bound -0.166, far below 0."""
+"""Traffic sent: 1,766 joined rounds (seed 0), in `STEPS` parts. An evaluator that folds
+it in parts stops after ~300-610 rounds (DR difference -0.08 to -0.15, bound -0.02 to
+-0.10). One that took all of it in one tick would have no outcome model yet: CI saw
+DR -0.24 with the bound at +0.08 that way (no stop), which is why the parts are waited on."""
 HANG_GUARD_S = 300.0
 """Only for a hung service: the waits below wait on conditions, never on this."""
 
