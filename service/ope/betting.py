@@ -179,8 +179,16 @@ class _TwoSidedBet:
     """Two one-sided bets at ``alpha / 2`` each: lower on ``phi_lo``, upper on ``phi_hi``."""
 
     def __init__(
-        self, alpha: float, grid_size: int, c: float, n_planned: int | None = None
+        self,
+        alpha: float = 0.05,
+        lower: float = 0.0,
+        upper: float = 1.0,
+        grid_size: int = 1000,
+        c: float = 0.5,
+        n_planned: int | None = None,
     ) -> None:
+        """Outcomes in ``[lower, upper]``; `n_planned` tunes the bets for one sample size."""
+        self.lower, self.upper = _bounds(lower, upper)
         check_alpha(alpha)
         if not 0 < c < 1:
             raise InvalidInput("c", f"must be in (0, 1), got {c}")
@@ -227,8 +235,7 @@ class BettingCS(_TwoSidedBet):
         grid_size: int = 1000,
         c: float = 0.5,
     ) -> None:
-        self.lower, self.upper = _bounds(lower, upper)
-        super().__init__(alpha, grid_size, c)
+        super().__init__(alpha, lower, upper, grid_size, c)
 
     def update(self, values: NDArray[np.float64]) -> None:
         """Add a batch of values, float64 ``(b,)`` within the bounds."""
@@ -255,18 +262,6 @@ class OffPolicyBettingCS(_TwoSidedBet):
     stated bounds; then valid at every t. `n_planned` tunes the bets for one
     sample size (`plugin_bets`): still valid at every t, tightest there.
     """
-
-    def __init__(
-        self,
-        alpha: float = 0.05,
-        lower: float = 0.0,
-        upper: float = 1.0,
-        grid_size: int = 1000,
-        c: float = 0.5,
-        n_planned: int | None = None,
-    ) -> None:
-        self.lower, self.upper = _bounds(lower, upper)
-        super().__init__(alpha, grid_size, c, n_planned)
 
     def update(self, *, weight: NDArray[np.float64], reward: NDArray[np.float64]) -> None:
         """Add a batch: importance weights and rewards, each float64 ``(b,)``."""
@@ -319,18 +314,6 @@ class PairedOffPolicyBettingCS(_TwoSidedBet):
     ``D = 1 - 2 L_hi``, times ``upper - lower``. Assumptions as
     `OffPolicyBettingCS`; `n_planned` tunes the bets for one sample size.
     """
-
-    def __init__(
-        self,
-        alpha: float = 0.05,
-        lower: float = 0.0,
-        upper: float = 1.0,
-        grid_size: int = 1000,
-        c: float = 0.5,
-        n_planned: int | None = None,
-    ) -> None:
-        self.lower, self.upper = _bounds(lower, upper)
-        super().__init__(alpha, grid_size, c, n_planned)
 
     def update(self, *, weight: NDArray[np.float64], reward: NDArray[np.float64]) -> None:
         """Add a batch: importance weights and the logged rewards, each float64 ``(b,)``."""
