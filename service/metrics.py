@@ -4,9 +4,12 @@
 whatever records; tests build their own `CollectorRegistry` and read values
 back with `get_sample_value`, so no global state needs cleaning.
 
-Label values are bounded: rejection fields are normalised (indices dropped:
-``state.node_ids[3]`` -> ``state.node_ids[]``) so hostile input cannot create
-unbounded series.
+Label values are bounded: every label comes from a fixed set (code literals,
+configured policies, protocol criteria). Rejection fields are normalised
+(indices dropped: ``state.node_ids[3]`` -> ``state.node_ids[]``) and kept only
+when they are a field of the wire schema; anything else (an unknown JSON key a
+client made up) is counted as ``other``, so hostile input cannot create series.
+The error response still names the actual field.
 """
 
 from __future__ import annotations
@@ -16,15 +19,19 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from service.wire.field_paths import KNOWN_FIELD_PATHS
+
 _INDEX = re.compile(r"\[\d+\]")
-_MAX_FIELD_LABEL = 80
+OTHER_FIELD = "other"
+"""The `field` label of a rejection naming no field of the schema (an unknown key)."""
 
 ACK_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 
 
 def field_label(field: str) -> str:
-    """A bounded-cardinality label for a field path."""
-    return _INDEX.sub("[]", field)[:_MAX_FIELD_LABEL]
+    """A bounded-cardinality label for a field path: a known path, indices dropped, or `other`."""
+    label = _INDEX.sub("[]", field)
+    return label if label in KNOWN_FIELD_PATHS else OTHER_FIELD
 
 
 class ServiceMetrics:
