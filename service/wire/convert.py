@@ -40,6 +40,11 @@ _FAILURE_FROM_PB = {
     pb.FAILURE_KIND_OTHER: FailureKind.OTHER,
 }
 _FAILURE_TO_PB = {v: k for k, v in _FAILURE_FROM_PB.items()}
+# An outcome that leaves `failure` out means "did not fail", on both transports:
+# HTTP defaults the absent field to "none", and proto3 cannot tell an absent enum
+# from its zero value, so UNSPECIFIED is read the same way (issue 20 item 9).
+# Values outside the enum are still refused.
+_FAILURE_FROM_PB[pb.FAILURE_KIND_UNSPECIFIED] = FailureKind.NONE
 
 
 def state_from_pb(msg: pb.ClusterState) -> ClusterState:

@@ -72,7 +72,9 @@ def test_outcomes_arrive_on_every_path(
     )
     assert bad.status_code == 400 and bad.json()["field"] == "throughput"
     with pytest.raises(grpc.RpcError) as err:
-        stub.ReportOutcome(contract_pb2.Outcome(request_id="r-5", observed_at=1.7e9), metadata=auth)
+        # A `failure` outside the enum is refused; an absent one means "none" (as on HTTP).
+        unknown = contract_pb2.Outcome(request_id="r-5", observed_at=1.7e9, failure=42)  # type: ignore[arg-type]
+        stub.ReportOutcome(unknown, metadata=auth)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "`failure`" in (
         err.value.details() or ""
     )
