@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from service.contract.errors import InvalidInput, PayloadTooLarge
 from service.protocols import (
+    Action,
     Finding,
     Identity,
     ProtocolDesk,
@@ -41,7 +42,9 @@ from service.protocols import (
     RecordedProtocol,
     Severity,
     State,
+    authorize,
 )
+from service.protocols.lifecycle import OWNER_ACTIONS
 from service.transport.http.models import ErrorModel
 
 Identify = Callable[[str | None], Identity]
@@ -181,6 +184,19 @@ def _finding(f: Finding) -> FindingModel:
     return FindingModel(severity=f.severity.value, field=f.field, message=f.message)
 
 
+def _role_first(action: Action, who: Identity) -> Identity:
+    """Refuse a caller whose role may never take `action`, before anything is looked up.
+
+    The desk checks roles against the recorded version, so a token without the
+    role would learn from a 404 which protocols exist (issue 20). Here only the
+    role part of `authorize` runs (ownership and independence need the record
+    and stay the desk's), before the body or the version is even read: the same
+    403 whether or not the protocol exists.
+    """
+    authorize(action, who, (who.principal,) if action in OWNER_ACTIONS else (), None)
+    return who
+
+
 def _version(value: str) -> int:
     if not value.isdigit() or int(value) < 1:
         raise InvalidInput("version", f"must be a positive integer, got {value!r}")
@@ -233,7 +249,7 @@ def protocol_router(
 
     @router.post("", response_model=RecordModel, status_code=201, summary="Submit a draft")
     async def submit(request: Request) -> RecordModel:
-        who = caller(request)
+        who = _role_first(Action.SUBMIT, caller(request))
         sent = await body(request, DocumentBody)
         return record_model(await run_in_threadpool(desk.submit, sent.document, who, sent.reason))
 
@@ -259,7 +275,7 @@ def protocol_router(
     @router.post("/{protocol_id}/versions/{version}/approve", response_model=RecordModel)
     async def approve(request: Request, protocol_id: str, version: str) -> RecordModel:
         """Independent approval (safety role, not an owner) of an exact content hash."""
-        who = caller(request)
+        who = _role_first(Action.APPROVE, caller(request))
         sent = await body(request, ApproveBody)
         return record_model(
             await run_in_threadpool(
@@ -270,7 +286,7 @@ def protocol_router(
     @router.post("/{protocol_id}/versions/{version}/start", response_model=RecordModel)
     async def start(request: Request, protocol_id: str, version: str) -> RecordModel:
         """Start; online-bounded protocols must be approved first."""
-        who = caller(request)
+        who = _role_first(Action.START, caller(request))
         sent = await body(request, StartBody)
         return record_model(
             await run_in_threadpool(
@@ -281,7 +297,7 @@ def protocol_router(
     @router.post("/{protocol_id}/versions/{version}/stop", response_model=RecordModel)
     async def stop(request: Request, protocol_id: str, version: str) -> RecordModel:
         """Stop, or withdraw a draft or approved version."""
-        who = caller(request)
+        who = _role_first(Action.STOP, caller(request))
         sent = await body(request, ReasonBody)
         return record_model(
             await run_in_threadpool(desk.stop, protocol_id, _version(version), who, sent.reason)
@@ -290,7 +306,7 @@ def protocol_router(
     @router.post("/{protocol_id}/versions/{version}/rollback-signal", response_model=RecordModel)
     async def rollback_signal(request: Request, protocol_id: str, version: str) -> RecordModel:
         """Signal Runtime to roll back an online experiment (a signal, never an action)."""
-        who = caller(request)
+        who = _role_first(Action.SIGNAL_ROLLBACK, caller(request))
         sent = await body(request, ReasonBody)
         return record_model(
             await run_in_threadpool(
