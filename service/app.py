@@ -120,10 +120,7 @@ def build_service(
     )
     metrics.db_lag_records.set_function(lambda: journal.depth_records("scorer"))
     readiness = Readiness()
-    readiness.register(
-        "journal",
-        lambda: (True, f"{journal.depth_bytes / journal.capacity_bytes:.1%} of the bound used"),
-    )
+    readiness.register("journal", journal.health)  # lock-free; a failing write shows here
     service = Service(settings=settings, metrics=metrics, journal=journal, readiness=readiness)
     if settings.scoring_enabled:
         _wire_scoring(service, policies, policy_factory)

@@ -51,6 +51,13 @@ class ServiceMetrics:
             ["transport", "kind", "field"],
             registry=registry,
         )
+        self.sheds = Counter(
+            "understudy_ingest_sheds",
+            "Shed inputs by reason: journal_full (at the journal's bound), disk_full (no space "
+            "on the journal's disk), journal_error (any other journal write failure).",
+            ["transport", "kind", "reason"],
+            registry=registry,
+        )
         self.auth_failures = Counter(
             "understudy_auth_failures",
             "Calls refused for missing/unknown credentials or a role without permission.",

@@ -7,6 +7,12 @@ malformed protobuf, bad JSON, a failed contract rule — is counted here, by
 field, in one place. Scoring and logging happen behind the journal; the ack
 latency therefore does not depend on policy count, model speed or database
 health (ARCHITECTURE.md, non-negotiable 2).
+
+A journal that cannot take a record -- at its bound, or its disk full, or any
+write failing -- sheds it: the client is told "shed" (the answer it already
+handles and may retry), never an internal error or a file path, and the shed is
+counted by reason, so accepted + shed + rejected = received holds through a
+disk failure too.
 """
 
 from __future__ import annotations
@@ -20,8 +26,8 @@ from typing import Any
 from service.contract import InvalidInput, MirrorRequest, Outcome, RequestLimits
 from service.contract.validation import validate_outcome, validate_request
 from service.metrics import ServiceMetrics, field_label
-from service.pipeline.journal import IngestJournal
-from service.pipeline.journal_format import RecordKind
+from service.pipeline.journal import NO_SPACE, IngestJournal
+from service.pipeline.journal_format import JournalClosed, JournalIOError, RecordKind
 
 
 class AckStatus(StrEnum):
@@ -30,6 +36,14 @@ class AckStatus(StrEnum):
     ACCEPTED = "accepted"
     SHED = "shed"
     REJECTED = "rejected"
+
+
+class ShedReason(StrEnum):
+    """Why a message was shed: the bounded label set of `understudy_ingest_sheds`."""
+
+    JOURNAL_FULL = "journal_full"  # the bound on unconsumed bytes (the scorer is behind)
+    DISK_FULL = "disk_full"  # no space (or quota) left on the journal's disk
+    JOURNAL_ERROR = "journal_error"  # any other write, fsync or segment-creation failure
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +135,18 @@ class Ingest:
         started: float,
         decoded: object = None,
     ) -> IngestResult:
-        seq = self._journal.append(record_kind, payload, decoded)
+        reason = ShedReason.JOURNAL_FULL
+        try:
+            seq = self._journal.append(record_kind, payload, decoded)
+        except JournalIOError as exc:  # logged by the journal, shown by its readiness check
+            seq = None
+            reason = ShedReason.DISK_FULL if exc.errno in NO_SPACE else ShedReason.JOURNAL_ERROR
+        except JournalClosed:  # shutting down: the client resends elsewhere or later
+            seq = None
+            reason = ShedReason.JOURNAL_ERROR
         status = AckStatus.ACCEPTED if seq is not None else AckStatus.SHED
+        if seq is None:
+            self._metrics.sheds.labels(transport, kind, reason.value).inc()
         key = (transport, kind, status.value)
         counter = self._counted.get(key)
         if counter is None:

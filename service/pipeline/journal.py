@@ -35,10 +35,19 @@ Guarantees
   record would exceed ``max_bytes``; the bound is exact, and room comes back as
   consumers commit. Disk use is at most ``max_bytes`` plus the consumed part of
   the oldest kept segment (less than one segment, or one oversized record).
-* **Failures are not sheds**: a failed write raises :class:`JournalIOError`
-  after cutting the file back to its last whole record. A failed fsync in
-  ``ALWAYS`` mode makes every later append raise (the promise is gone); in
-  ``INTERVAL`` mode it is logged, counted (``fsync_failures_total``) and retried.
+* **Failures are not sheds**: a failed write (a full disk, say) raises
+  :class:`JournalIOError` after cutting the file back to its last whole record
+  (if even the cut fails, it is retried before the next write, which is refused
+  until it succeeds: nothing is ever written behind a partial record); a failed
+  segment creation leaves the old segment active. Nothing is latched: the next
+  append tries the disk again, and on a full disk first deletes the active
+  segment if every consumer has passed it (otherwise it would stay until it
+  filled, which it cannot). :meth:`health` reports the failure and the appends
+  refused since, until one succeeds. A failed checkpoint write on a full disk
+  deletes the segments the new checkpoint frees and tries once more. A failed
+  fsync in ``ALWAYS`` mode makes every later append raise (the promise is
+  gone); in ``INTERVAL`` mode it is logged, counted (``fsync_failures_total``)
+  and retried.
 * **Damage that is not a torn tail** (a bad record in a non-last segment, or a
   bad record followed by valid ones) raises :class:`JournalCorrupt` on open,
   naming file and offset, instead of dropping acknowledged data.
@@ -58,6 +67,7 @@ the process dies).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -117,6 +127,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _CONSUMER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+"""Errnos that mean the journal's disk (or quota) is full."""
 
 
 @dataclass(frozen=True)
@@ -214,6 +226,10 @@ class IngestJournal:
         self._appended = 0
         self._shed = 0
         self._fsync_failures = 0
+        # the failure of the last append, until one succeeds, and the appends refused since;
+        # read without the lock by `health` (a probe must never wait on an fsync)
+        self._write_failure: str | None = None
+        self._refused = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock_fd = os.open(_mkdirs(self._dir) / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
@@ -258,12 +274,24 @@ class IngestJournal:
         size = HEADER_SIZE + len(payload)
         store = self._store
         with self._lock:
-            if self._closed or store.failed is not None:
+            if self._closed:
                 self._raise_unwritable()
             if store.head_logical - self._min_pos + size > self._max_bytes:
                 self._shed += 1
                 return None
-            entry = store.append_one_locked(kind, payload, pcrc, size)
+            try:
+                store.check_writable_locked()
+                try:
+                    entry = store.append_one_locked(kind, payload, pcrc, size)
+                except JournalIOError as exc:
+                    if exc.errno not in NO_SPACE or not self._reclaim_locked():
+                        raise
+                    entry = store.append_one_locked(kind, payload, pcrc, size)
+            except JournalIOError as exc:
+                self._note_failure_locked(exc, 1)
+                raise
+            if self._write_failure is not None:
+                self._recovered_locked()
             self._appended += 1
             if (
                 decoded is not None
@@ -296,10 +324,17 @@ class IngestJournal:
             return results
         store = self._store
         with self._lock:
-            if self._closed or store.failed is not None:
+            if self._closed:
                 self._raise_unwritable()
             room = self._max_bytes - (store.head_logical - self._min_pos)
-            accepted = store.append_batch_locked(prepared, room)
+            try:
+                store.check_writable_locked()
+                accepted = store.append_batch_locked(prepared, room)
+            except JournalIOError as exc:
+                self._note_failure_locked(exc, len(prepared))
+                raise
+            if accepted and self._write_failure is not None:
+                self._recovered_locked()
             self._appended += len(accepted)
             self._shed += len(prepared) - len(accepted)
             for i, entry in enumerate(accepted):
@@ -315,9 +350,31 @@ class IngestJournal:
         return results
 
     def _raise_unwritable(self) -> None:
-        if self._closed:
-            raise JournalClosed(f"journal {self._dir} is closed")
-        raise JournalIOError(f"journal {self._dir} failed earlier: {self._store.failed}")
+        raise JournalClosed(f"journal {self._dir} is closed")
+
+    def _note_failure_locked(self, exc: JournalIOError, refused: int) -> None:
+        if self._write_failure is None:
+            logger.error("journal: appends refused until a write succeeds: %s", exc)
+        self._write_failure = exc.reason
+        self._refused += refused
+
+    def _recovered_locked(self) -> None:
+        logger.warning(
+            "journal: writes succeed again (%d appends were refused: %s)",
+            self._refused,
+            self._write_failure,
+        )
+        self._write_failure = None
+        self._refused = 0
+
+    def _reclaim_locked(self) -> bool:
+        """On a full disk: delete the active segment if every consumer passed it."""
+        doomed = self._store.reclaim_active_locked(min(self._ckpt.values()))
+        try:
+            _unlink_all(doomed, self._dir)
+        except OSError as exc:  # a consumed file left behind: the next open finds it, harmless
+            logger.error("journal: cannot delete consumed segments: %s", exc)
+        return bool(doomed)
 
     def _evict_cache_locked(self, upto_seq: int) -> None:
         """Drop cached records over the byte budget or at/below ``upto_seq``."""
@@ -421,7 +478,13 @@ class IngestJournal:
                 plan = self._pos_plan_locked(seq)
             # no segment can vanish meanwhile: deletion happens only under _commit_lock
             pos = plan if isinstance(plan, int) else locate(plan, seq)
-            write_checkpoint(self._dir, consumer, seq)
+            try:
+                write_checkpoint(self._dir, consumer, seq)
+            except OSError as exc:
+                if exc.errno not in NO_SPACE:
+                    raise
+                self._free_for_checkpoint(consumer, seq)
+                write_checkpoint(self._dir, consumer, seq)  # raises if still no room
             with self._lock:
                 self._ckpt[consumer] = seq
                 self._pos[consumer] = pos
@@ -436,11 +499,25 @@ class IngestJournal:
                     self._decoded_bytes = sum(self._decoded_sizes.values())
                 if self._cache_limit:
                     self._evict_cache_locked(floor)
-            for path in doomed:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
-            if doomed:
-                fsync_dir(self._dir)
+            _unlink_all(doomed, self._dir)
+
+    def _free_for_checkpoint(self, consumer: str, seq: int) -> None:
+        """Make room for a checkpoint on a full disk (the journal may have filled it).
+
+        Deletes the segments that every consumer has passed, counting ``consumer``
+        as done through ``seq`` -- it says so by committing -- the active segment
+        included. Deleting before the checkpoint is durable is safe: a restart
+        resumes at the old checkpoint and skips the missing records, which the
+        consumer had finished with. Runs under ``_commit_lock``.
+        """
+        with self._lock:
+            floor = min(seq if name == consumer else at for name, at in self._ckpt.items())
+            doomed = self._store.pop_consumed_locked(floor)
+            try:
+                doomed += self._store.reclaim_active_locked(floor)
+            except JournalIOError as exc:
+                logger.error("journal: cannot start a segment to free space: %s", exc)
+        _unlink_all(doomed, self._dir)
 
     def checkpoint(self, consumer: str) -> int:
         """Last committed seq of ``consumer`` (0 before its first commit)."""
@@ -504,6 +581,18 @@ class IngestJournal:
                 fsync_failures_total=self._fsync_failures,
                 cached_records=len(self._cache) - self._cache_start,
             )
+
+    def health(self) -> tuple[bool, str]:
+        """Whether appends succeed, for readiness; lock-free, so it never waits on a write.
+
+        False from a failed append until the next one succeeds, with the reason
+        (no path: probes are shown to clients) and the appends refused since.
+        """
+        failure, refused = self._write_failure, self._refused
+        if failure is not None:
+            return False, f"write failed: {failure}, {refused} refused"
+        used = (self._store.head_logical - self._min_pos) / self._max_bytes
+        return True, f"{used:.1%} of the bound used"
 
     def _check_open_locked(self) -> None:
         if self._closed:
@@ -576,6 +665,15 @@ class IngestJournal:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _unlink_all(paths: list[Path], directory: Path) -> None:
+    """Delete consumed segment files (already gone is fine) and make that durable."""
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    if paths:
+        fsync_dir(directory)
 
 
 def _mkdirs(directory: Path) -> Path:

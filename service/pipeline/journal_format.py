@@ -127,7 +127,29 @@ class JournalLocked(JournalError):
 
 
 class JournalIOError(JournalError):
-    """A write or fsync failed; the record was not acknowledged (not the same as full)."""
+    """A write, fsync or segment creation failed; the record was not acknowledged.
+
+    Not the same as full (the bound): ingest sheds both, with different reasons.
+    The message names the file for the operator's log; ``errno`` and
+    :attr:`reason` carry what may be shown to clients and probes, which must
+    never see a path.
+    """
+
+    def __init__(self, message: str, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
+
+    @property
+    def reason(self) -> str:
+        """What failed, without any path: ``"no space left on device"``, say."""
+        if self.errno is None:
+            return "journal unwritable"
+        return os.strerror(self.errno).lower()
+
+    @classmethod
+    def wrap(cls, what: str, exc: OSError) -> JournalIOError:
+        """``what`` failed because of ``exc``: the message for the log, the errno kept."""
+        return cls(f"{what} failed: {exc}", exc.errno)
 
 
 class FrameError(Exception):

@@ -16,6 +16,7 @@ exact, headers included, and recoverable after a restart.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import os
@@ -113,7 +114,8 @@ class SegmentStore:
         self.dir_dirty = False  # a segment was created since the last directory fsync
         self.rotated_unsynced: list[Path] = []  # INTERVAL: rotated before the thread synced
         self.fsyncs = 0
-        self.failed: BaseException | None = None
+        self.failed: BaseException | None = None  # ALWAYS mode: an fsync failed, for good
+        self.torn = False  # a failed write could not be cut back yet: retried before the next
 
     # ------------------------------------------------------------------ recovery
 
@@ -141,8 +143,11 @@ class SegmentStore:
             self.segments.pop()
             active = None
         if active is None or active.last_seq + 1 != self.next_seq:
-            active = self._create_segment()  # keeps seqs contiguous inside a segment
-        self.fd = os.open(active.path, os.O_WRONLY | os.O_APPEND)
+            path = self.directory / segment_name(self.next_seq)  # seqs contiguous in a segment
+            self.fd = _open_new_segment(path)
+            self.segments.append(Segment(self.next_seq, path, self.head_logical))
+        else:
+            self.fd = os.open(active.path, os.O_WRONLY | os.O_APPEND)
         fsync_dir(self.directory)
 
     def _scan(self, seg: Segment, last: bool) -> None:
@@ -174,15 +179,25 @@ class SegmentStore:
         finally:
             os.close(fd)
 
-    def _create_segment(self) -> Segment:
-        """Create the next segment file, named after the seq it will start with."""
-        path = self.directory / segment_name(self.next_seq)
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-        seg = Segment(self.next_seq, path, self.head_logical)
-        self.segments.append(seg)
-        return seg
-
     # ------------------------------------------------------------------ append
+
+    def check_writable_locked(self) -> None:
+        """Raise :class:`JournalIOError` unless an append may be tried now.
+
+        A failed fsync in ``ALWAYS`` mode is final. A failed write whose rollback
+        also failed left a partial record at the end of the active segment: the
+        cut is retried here, so the journal heals as soon as the disk lets it,
+        and no record is ever written behind the partial one.
+        """
+        if self.failed is not None:
+            raise JournalIOError(f"journal {self.directory} failed earlier: {self.failed}")
+        if self.torn:
+            seg = self.segments[-1]
+            try:
+                os.ftruncate(self.fd, seg.size)
+            except OSError as exc:
+                raise JournalIOError.wrap(f"cutting a partial record from {seg.path}", exc) from exc
+            self.torn = False
 
     def append_one_locked(self, kind: RecordKind, payload: bytes, pcrc: int, size: int) -> Accepted:
         """Write one record (rotating first if it does not fit) with one writev."""
@@ -265,35 +280,65 @@ class SegmentStore:
             try:
                 os.ftruncate(self.fd, seg.size)
             except OSError as exc2:
-                self.failed = exc2
+                self.torn = True  # check_writable_locked retries the cut before any write
                 logger.error("journal: cannot roll back failed write in %s: %s", seg.path, exc2)
-            raise JournalIOError(f"journal write to {seg.path} failed: {exc}") from exc
+            raise JournalIOError.wrap(f"journal write to {seg.path}", exc) from exc
 
     def _fdatasync_locked(self) -> None:
         try:
             os.fdatasync(self.fd)
         except OSError as exc:
             self.failed = exc  # the durability ALWAYS promises is gone: stop acking
-            raise JournalIOError(f"journal fsync failed: {exc}") from exc
+            raise JournalIOError.wrap("journal fsync", exc) from exc
         self.fsyncs += 1
         self.dirty = False
 
     def _rotate_locked(self) -> Segment:
-        """Start a new segment; in INTERVAL mode the old one is fsynced by the thread."""
+        """Start a new segment; in INTERVAL mode the old one is fsynced by the thread.
+
+        All or nothing: if the file cannot be created, opened or (``ALWAYS``) made
+        durable, :class:`JournalIOError` is raised and the old segment stays the
+        active one, so the in-memory segment list always matches the descriptor
+        that appends go to, and the next append simply tries again.
+        """
         if self.mode is FsyncMode.ALWAYS and self.dirty:
             self._fdatasync_locked()  # an append_many batch spanning segments
-        elif self.mode is FsyncMode.INTERVAL and self.dirty:
+        path = self.directory / segment_name(self.next_seq)
+        fd = _open_new_segment(path)
+        if self.mode is FsyncMode.ALWAYS:
+            try:
+                fsync_dir(self.directory)
+            except OSError as exc:
+                os.close(fd)
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+                raise JournalIOError.wrap(f"creating journal segment {path}", exc) from exc
+        else:
+            self.dir_dirty = True
+        if self.mode is FsyncMode.INTERVAL and self.dirty:
             self.rotated_unsynced.append(self.segments[-1].path)
-        seg = self._create_segment()
-        fd = os.open(seg.path, os.O_WRONLY | os.O_APPEND)
+        seg = Segment(self.next_seq, path, self.head_logical)
+        self.segments.append(seg)
         os.close(self.fd)
         self.fd = fd
         self.dirty = False
-        if self.mode is FsyncMode.ALWAYS:
-            fsync_dir(self.directory)
-        else:
-            self.dir_dirty = True
         return seg
+
+    def reclaim_active_locked(self, floor: int) -> list[Path]:
+        """Segments to delete once the active one is wholly consumed: room on a full disk.
+
+        Consumed segments are deleted as consumers commit, except the active one,
+        which would only go once it fills and rotates -- and on a disk the
+        journal itself filled, it cannot fill. So when every record in it is at
+        or below ``floor`` (every consumer's checkpoint) a fresh segment takes
+        over and the old one is returned for deletion. The caller unlinks the
+        paths (the records are consumed: readers skip missing files).
+        """
+        active = self.segments[-1]
+        if active.size == 0 or active.last_seq > floor:
+            return []
+        self._rotate_locked()
+        return self.pop_consumed_locked(floor)
 
     # ------------------------------------------------------------------ housekeeping
 
@@ -341,6 +386,24 @@ class SegmentStore:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+def _open_new_segment(path: Path) -> int:
+    """The append descriptor of a new, empty segment file at ``path``.
+
+    An empty file already there (left by an attempt that failed after creating
+    it) is taken over; one with records in it never is.
+    """
+    flags = os.O_WRONLY | os.O_APPEND
+    try:
+        try:
+            return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            if os.stat(path).st_size:
+                raise JournalCorrupt(path, 0, "a new segment's name is taken") from None
+            return os.open(path, flags)
+    except OSError as exc:
+        raise JournalIOError.wrap(f"creating journal segment {path}", exc) from exc
 
 
 def read_spans(spans: list[Span], after: int, want: int) -> list[JournalRecord]:
