@@ -96,6 +96,7 @@ from service.pipeline.journal_format import (
     all_checkpoints,
     fsync_dir,
     fsync_path,
+    overwrite_checkpoint,
     read_all,
     write_checkpoint,
 )
@@ -478,13 +479,7 @@ class IngestJournal:
                 plan = self._pos_plan_locked(seq)
             # no segment can vanish meanwhile: deletion happens only under _commit_lock
             pos = plan if isinstance(plan, int) else locate(plan, seq)
-            try:
-                write_checkpoint(self._dir, consumer, seq)
-            except OSError as exc:
-                if exc.errno not in NO_SPACE:
-                    raise
-                self._free_for_checkpoint(consumer, seq)
-                write_checkpoint(self._dir, consumer, seq)  # raises if still no room
+            self._write_checkpoint(consumer, seq)
             with self._lock:
                 self._ckpt[consumer] = seq
                 self._pos[consumer] = pos
@@ -500,6 +495,29 @@ class IngestJournal:
                 if self._cache_limit:
                     self._evict_cache_locked(floor)
             _unlink_all(doomed, self._dir)
+
+    def _write_checkpoint(self, consumer: str, seq: int) -> None:
+        """Write a checkpoint durably, on a full disk too (which the journal may have filled).
+
+        First the atomic replace; on ENOSPC, free the segments the new checkpoint
+        passes and try again; then overwrite the existing checkpoint in place
+        (needs no free block). Only a consumer's very first checkpoint, on a full
+        disk with nothing to free, still fails (and is retried by the consumer).
+        """
+        try:
+            write_checkpoint(self._dir, consumer, seq)
+            return
+        except OSError as exc:
+            if exc.errno not in NO_SPACE:
+                raise
+            logger.warning("journal: checkpoint of %s on a full disk: %s", consumer, exc)
+        self._free_for_checkpoint(consumer, seq)
+        try:
+            write_checkpoint(self._dir, consumer, seq)
+        except OSError as exc:
+            if exc.errno not in NO_SPACE:
+                raise
+            overwrite_checkpoint(self._dir, consumer, seq)
 
     def _free_for_checkpoint(self, consumer: str, seq: int) -> None:
         """Make room for a checkpoint on a full disk (the journal may have filled it).

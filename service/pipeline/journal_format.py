@@ -31,6 +31,7 @@ payload CRC is computed first so the engine can do that part outside its lock.
 from __future__ import annotations
 
 import enum
+import errno
 import json
 import logging
 import os
@@ -349,6 +350,31 @@ def write_checkpoint(directory: Path, consumer: str, seq: int) -> None:
         os.close(fd)
     os.replace(tmp, ckpt_dir / consumer)
     fsync_dir(ckpt_dir)
+
+
+_CHECKPOINT_WIDTH = 128  # far below a 512-byte sector and a page: one atomic write
+
+
+def overwrite_checkpoint(directory: Path, consumer: str, seq: int) -> None:
+    """Rewrite ``consumer``'s existing checkpoint in place: for a disk with no free block.
+
+    :func:`write_checkpoint` needs a new block for its temp file, which a full
+    disk refuses, and a consumer that cannot checkpoint frees nothing: the disk
+    would stay full. Overwriting the file's own block needs none. As PostgreSQL
+    does for ``pg_control``, this relies on one small write at offset 0 (here
+    128 bytes, space-padded JSON, so the file never shrinks) being atomic: a
+    process crash cannot split one ``pwrite``, and a power loss leaves the old
+    or the new sector. Raises ``FileNotFoundError`` if there is no file yet.
+    """
+    path = directory / CHECKPOINT_DIR / consumer
+    data = json.dumps({"consumer": consumer, "seq": seq}).encode().ljust(_CHECKPOINT_WIDTH)
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        if os.pwrite(fd, data, 0) != len(data):
+            raise OSError(errno.EIO, f"short checkpoint write to {path}")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def read_all(directory: Path) -> list[JournalRecord]:
