@@ -41,13 +41,16 @@ class ScorerMetrics:
             self._m.raw_favourite_infeasible.labels(policy).inc(n)
 
     def on_write(self, seconds: float, result: SinkResult | None, error: str | None) -> None:
-        """Write outcome, latency, rows and outcome join states."""
+        """Write outcome, latency, rows and outcome join states.
+
+        Not `understudy_db_up`: a write says nothing while the log is idle, and one
+        that hangs on a frozen database says nothing at all; the bounded readiness
+        probe sets it (`service.storage.db_probe`).
+        """
         if result is None:
             self._m.db_writes.labels("error").inc()
-            self._m.db_up.set(0)
             return
         self._m.db_writes.labels("ok").inc()
-        self._m.db_up.set(1)
         self._m.db_write_latency.observe(seconds)
         self._m.db_rows.labels("requests").inc(result.requests_inserted)
         self._m.db_rows.labels("decisions").inc(result.decisions_inserted)

@@ -97,6 +97,31 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
+def _recorded_pid(data_dir: Path) -> int | None:
+    """The pid in ``postmaster.pid``, alive or not; None without a readable file."""
+    try:
+        first = (data_dir / "postmaster.pid").read_text().splitlines()[:1]
+    except (FileNotFoundError, IndexError):
+        return None
+    return int(first[0]) if first and first[0].strip().isdigit() else None
+
+
+def died_pid(data_dir: Path) -> int | None:
+    """The pid of a postmaster that died on `data_dir` without shutting down, else None.
+
+    A postmaster removes ``postmaster.pid`` on every orderly shutdown (smart,
+    fast or immediate: ``pg_ctl stop``, `stop_embedded`); one that was
+    SIGKILLed (the OOM killer, ``kill -9``) or crashed leaves it behind,
+    naming a process that no longer runs. Only that case reads as death: a
+    server stopped on purpose is left stopped.
+    """
+    data_dir = Path(data_dir).resolve()
+    pid = _recorded_pid(data_dir)
+    if pid is None or _alive(pid):
+        return None
+    return pid
+
+
 def running_pid(data_dir: Path) -> int | None:
     """The pid of the server running on `data_dir`, or None."""
     found = _postmaster(Path(data_dir).resolve())
@@ -137,6 +162,13 @@ def start_embedded(data_dir: Path, *, stop_at_exit: bool = True) -> EmbeddedPost
             _forget_dead_owners(data_dir)
     server = get_server(data_dir, cleanup_mode="stop" if stop_at_exit else None)
     if _postmaster(data_dir) is None:
+        stale = _recorded_pid(data_dir)
+        if stale is not None and Path(f"/proc/{stale}").exists():
+            # A killed postmaster not yet reaped by its parent: pgserver and PostgreSQL
+            # would both take it for a running server. Try again once it is gone.
+            raise RuntimeError(
+                f"embedded PostgreSQL pid {stale} on {data_dir} exited but is not reaped yet"
+            )
         # A cached handle whose server was stopped from outside: start it again.
         logger.info("embedded PostgreSQL on %s is not running; starting it", data_dir)
         with lock:

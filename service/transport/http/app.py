@@ -11,6 +11,7 @@ bodies from the same pydantic models. Refusals carry
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
@@ -172,11 +173,21 @@ def create_http_app(
 
     @app.get("/healthz", summary="Liveness: the process answers")
     async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+        return {"status": "ok"}  # touches nothing: no database, no disk, no lock
 
     @app.get("/readyz", summary="Readiness, with every dependency's state")
     async def readyz() -> JSONResponse:
-        results = readiness.evaluate()
+        # The checks run on the readiness thread, never on this event loop (a check that
+        # waited here on a frozen database stalled every ack). This awaits the next round,
+        # so a change made before the request shows; a round ends within the checks'
+        # bounds (the one in progress, then ours), and the hang guard falls back to the
+        # latest round.
+        try:
+            results = await asyncio.wait_for(
+                asyncio.wrap_future(readiness.next_round()), 2 * readiness.round_bound_s + 0.5
+            )
+        except TimeoutError:
+            results = readiness.snapshot()
         ok = all(r.ok for r in results)
         body = {
             "ready": ok,
