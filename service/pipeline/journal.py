@@ -247,6 +247,8 @@ class IngestJournal:
                 plan = self._store.pos_plan_locked(seq)
                 self._pos[consumer] = plan if isinstance(plan, int) else locate(plan, seq)
             self._min_pos = min(self._pos.values())
+            for consumer in self._ckpt.keys() - stored.keys():
+                _first_checkpoint(self._dir, consumer)
         except BaseException:
             self._store.close_locked()
             os.close(self._lock_fd)
@@ -501,8 +503,7 @@ class IngestJournal:
 
         First the atomic replace; on ENOSPC, free the segments the new checkpoint
         passes and try again; then overwrite the existing checkpoint in place
-        (needs no free block). Only a consumer's very first checkpoint, on a full
-        disk with nothing to free, still fails (and is retried by the consumer).
+        (needs no free block; every consumer gets a file when the journal opens).
         """
         try:
             write_checkpoint(self._dir, consumer, seq)
@@ -683,6 +684,20 @@ class IngestJournal:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _first_checkpoint(directory: Path, consumer: str) -> None:
+    """Give a new consumer a checkpoint file (seq 0) while the disk has room.
+
+    On a full disk a checkpoint can only be rewritten in place, which needs a
+    file to rewrite; a consumer whose first commit came after the disk filled
+    could otherwise never commit, and so never free the disk. Best effort: an
+    open on a full disk still succeeds.
+    """
+    try:
+        write_checkpoint(directory, consumer, 0)
+    except OSError as exc:
+        logger.warning("journal: no first checkpoint for %s yet: %s", consumer, exc)
 
 
 def _unlink_all(paths: list[Path], directory: Path) -> None:

@@ -223,3 +223,16 @@ def test_a_segment_that_cannot_be_created_leaves_the_old_one_active_monkeypatche
     journal.close()
     assert [r.payload for r in read_all(directory)] == [body(i) for i in (0, 1, 2, 4)]
     assert len(list(directory.glob("*.seg"))) == 2
+
+
+def test_a_consumer_that_never_committed_can_still_commit_on_a_full_disk(disk: Path) -> None:
+    """A new service whose database was down from the start: the journal fills the disk."""
+    directory = disk / "journal"
+    journal = open_journal(directory, segment_bytes=2 << 20)
+    seqs, _ = append_until_full(journal)
+    fill(disk, "topoff")
+    journal.commit("scorer", seqs[5])  # no block to spare: rewritten in place
+    assert journal.checkpoint("scorer") == seqs[5]
+    journal.commit("scorer", seqs[-1])
+    assert journal.append(MIRROR, body(0)) == seqs[-1] + 1
+    journal.close()
