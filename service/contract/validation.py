@@ -20,6 +20,7 @@ from service.contract.errors import InvalidInput, UnsupportedSchemaVersion
 from service.contract.outcome import Outcome
 from service.contract.request import SUPPORTED_SCHEMA_VERSIONS, MirrorRequest, ProductionDecision
 from service.contract.state import ClusterState
+from service.contract.text import check_request_texts, check_text
 
 MAX_UNIX_SECONDS = 253_402_300_799.0
 """9999-12-31T23:59:59Z: the latest instant every timestamp type downstream can hold
@@ -61,19 +62,12 @@ _highest = np.maximum.reduce
 _any = np.logical_or.reduce
 
 
-def _check_text(field: str, value: str) -> None:
-    # PostgreSQL text cannot hold NUL: such a value would be acked, then fail
-    # every attempt to log it.
-    if "\x00" in value:
-        raise InvalidInput(field, f"must not contain NUL characters, got {value!r}")
-
-
 def _check_id(field: str, value: str, limits: RequestLimits) -> None:
     if not value:
         raise InvalidInput(field, "must be a non-empty string")
     if len(value) > limits.max_id_length:
         raise InvalidInput(field, f"must be at most {limits.max_id_length} characters")
-    _check_text(field, value)
+    check_text(field, value)  # no control characters (service.contract.text says why)
 
 
 _HARDWARE_QUANTITIES = (
@@ -280,14 +274,15 @@ def validate_request(request: MirrorRequest, limits: RequestLimits | None = None
     q = request.quota_remaining
     if q is not None and not (math.isfinite(q) and q >= 0):
         raise InvalidInput("quota_remaining", f"must be finite and >= 0, got {q}")
+    check_request_texts(request)
 
 
 def validate_workload(request: MirrorRequest) -> None:
     """Check the workload's numbers and identifiers."""
     w = request.workload
     _check_id("workload.workload_id", w.workload_id, _DEFAULT_LIMITS)
-    _check_text("workload.tenant", w.tenant)
-    _check_text("workload.model_family", w.model_family)
+    check_text("workload.tenant", w.tenant)
+    check_text("workload.model_family", w.model_family)
     for name in ("model_size_b", "accelerator_memory_gb", "cpu_per_node", "memory_per_node_gb"):
         value = getattr(w, name)
         if not math.isfinite(value) or value < 0:

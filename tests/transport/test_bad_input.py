@@ -61,6 +61,67 @@ def _dup_body(b: Body) -> None:
     b["state"]["node_ids"][1] = b["state"]["node_ids"][0]
 
 
+def _text(path: str, value: str) -> tuple[Callable[[Proto], None], Callable[[Body], None]]:
+    """Set a string at `path` ("state.zone.0": the first zone; "...+": append) on both forms."""
+    *parents, last = path.split(".")
+
+    def proto(m: Proto) -> None:
+        _put(m, parents, last, value)
+
+    def body(b: Body) -> None:
+        _put(b, parents, last, value)
+
+    return proto, body
+
+
+def _put(root: Any, parents: list[str], last: str, value: str) -> None:
+    for name in parents:
+        if name.isdigit():
+            root = root[int(name)]
+        else:
+            root = root[name] if isinstance(root, dict) else getattr(root, name)
+    if last == "+":
+        root.append(value)
+    elif last.isdigit():
+        root[int(last)] = value
+    elif isinstance(root, dict):
+        root[last] = value
+    else:
+        setattr(root, last, value)
+
+
+# (case id, where the string goes, field named): NUL and other C0 controls in every
+# string of the contract (service.contract.text); issue 20 item 9 found most accepted.
+CONTROL_CASES = [
+    ("NUL in a node id", "state.node_ids.0", "`state.node_ids[0]`"),
+    ("NUL in a zone", "state.zone.0", "`state.zone[0]`"),
+    ("NUL in a locality", "state.locality.0", "`state.locality[0]`"),
+    ("NUL in a label", "state.labels.0", "`state.labels` of node 0"),
+    ("NUL in a hardware name", "state.hardware.0.name", "`state.hardware[0].name`"),
+    ("NUL in an option id", "options.option_ids.0", "`options.option_ids[0]`"),
+    ("NUL in allowed hardware", "workload.allowed_hardware.+", "`workload.allowed_hardware`"),
+    ("NUL in affinity", "workload.affinity.+", "`workload.affinity`"),
+    ("NUL in anti-affinity", "workload.anti_affinity.+", "`workload.anti_affinity`"),
+    ("NUL in the model family", "workload.model_family", "`workload.model_family`"),
+    ("NUL in the workload id", "workload.workload_id", "`workload.workload_id`"),
+    ("newline in a node id", "state.node_ids.1", "`state.node_ids[1]`"),
+    ("escape in a zone", "state.zone.2", "`state.zone[2]`"),
+    ("tab in the tenant", "workload.tenant", "`workload.tenant`"),
+    ("unit separator in an option id", "options.option_ids.3", "`options.option_ids[3]`"),
+]
+_CONTROL_VALUES = {"NUL": "a\x00b", "newline": "a\nb", "escape": "a\x1b[31m", "tab": "a\tb"}
+
+
+def _control_rows() -> list[
+    tuple[str, Callable[[Proto], None], Callable[[Body], None], grpc.StatusCode, int, str]
+]:
+    rows = []
+    for case, path, named in CONTROL_CASES:
+        value = _CONTROL_VALUES.get(case.split()[0], "a\x1fb")
+        rows.append((case, *_text(path, value), grpc.StatusCode.INVALID_ARGUMENT, 400, named))
+    return rows
+
+
 BIG = "x" * (10 * 1024 * 1024)
 
 # (case id, proto mutation, JSON mutation, gRPC code, HTTP status, field named in message)
@@ -201,6 +262,7 @@ CASES: list[
         413,
         "limit",
     ),
+    *_control_rows(),
 ]
 
 
