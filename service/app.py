@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from service.auth import TokenAuthority
 from service.contract import DEFAULT_FEATURES, RequestLimits
+from service.database_wiring import wire_database_health
 from service.decision_log import DecisionLogSink
 from service.evaluator_wiring import candidate_gate, wire_evaluator
 from service.metrics import ServiceMetrics
@@ -48,7 +49,6 @@ from service.settings import Settings
 from service.storage import (
     DecisionLogWriter,
     ProtocolStore,
-    database_healthy,
     make_engine,
     open_database,
     upgrade,
@@ -119,7 +119,11 @@ def build_service(
         head_seq=lambda: journal.head_seq,
     )
     metrics.db_lag_records.set_function(lambda: journal.depth_records("scorer"))
-    readiness = Readiness()
+    readiness = Readiness(
+        interval_s=settings.readiness_interval_s, timeout_s=settings.readiness_check_timeout_s
+    )
+    if not settings.scoring_enabled:  # no database here: no db_up to page on
+        metrics.registry.unregister(metrics.db_up)
     readiness.register("journal", journal.health)  # lock-free; a failing write shows here
     service = Service(settings=settings, metrics=metrics, journal=journal, readiness=readiness)
     if settings.scoring_enabled:
@@ -246,7 +250,7 @@ def _wire_scoring(
         service.sealer = SealerLoop(
             sealer, SealMetrics(service.metrics), settings.chain_seal_interval_s
         )
-    service.readiness.register("database", lambda: database_healthy(engine))
+    wire_database_health(service, url)  # bounded probe, db_up, embedded restarts
     service.readiness.register(
         "decision_log",
         lambda: (scorer.sink_healthy, scorer.sink_error or "writes succeeding"),

@@ -165,7 +165,15 @@ class ServiceMetrics:
         )
         self.db_up = Gauge(
             "understudy_db_up",
-            "1 when the last decision-log write succeeded, 0 while it is failing.",
+            "1 when the bounded database health probe answered in its last round, 0 when it "
+            "failed or did not answer in time (write health: readiness `decision_log`).",
+            registry=registry,
+        )
+        self.embedded_db_restarts = Counter(
+            "understudy_embedded_db_restarts",
+            "Attempts to restart the embedded PostgreSQL after its postmaster died, by result "
+            "(ok, failed).",
+            ["result"],
             registry=registry,
         )
         self.dead_letters = Counter(

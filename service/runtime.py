@@ -29,6 +29,9 @@ from service.pipeline.sealer import SealerLoop
 from service.policies.registry import Registry
 from service.readiness import Readiness
 from service.settings import Settings
+from service.storage.db_probe import DatabaseProbe
+from service.storage.embedded_watch import EmbeddedWatch
+from service.storage.reviewer_guard import ReviewerGuardLoop
 from service.transport.grpc.servicer import SERVICE_NAME
 from service.transport.http.slow_clients import RequestDeadlineProtocol
 
@@ -65,6 +68,9 @@ class Service:
     scorer: ScorerLoop | None = None
     evaluator: Evaluator | None = None
     sealer: SealerLoop | None = None
+    reviewer_guard: ReviewerGuardLoop | None = None
+    db_probe: DatabaseProbe | None = None
+    embedded_watch: EmbeddedWatch | None = None
     _http_server: uvicorn.Server | None = field(default=None, repr=False)
     _http_thread: threading.Thread | None = field(default=None, repr=False)
 
@@ -104,6 +110,14 @@ class Service:
             self.evaluator.start()
         if self.sealer is not None:
             self.sealer.start()
+        if self.reviewer_guard is not None:
+            self.reviewer_guard.start()
+        if self.embedded_watch is not None:
+            self.embedded_watch.start()
+        # Readiness rounds run in the background; gRPC health and understudy_ready follow each.
+        self.readiness.subscribe(lambda _: self.update_health())
+        self.readiness.evaluate()  # one round first (bounded), so health starts out right
+        self.readiness.start()
         self.update_health()
 
     def wait_started(self, timeout: float = 10.0) -> None:
@@ -116,7 +130,10 @@ class Service:
         raise TimeoutError("HTTP server did not start")
 
     def update_health(self) -> None:
-        """Mirror readiness into gRPC health and the `understudy_ready` gauge."""
+        """Mirror the latest readiness round into gRPC health and `understudy_ready`.
+
+        Reads the snapshot only (`Readiness.ready`): never waits on a check.
+        """
         ready = self.readiness.ready()
         status = (
             health_pb2.HealthCheckResponse.SERVING
@@ -128,6 +145,9 @@ class Service:
 
     def stop(self, grace: float = 2.0, drain_timeout_s: float = 10.0) -> None:
         """Stop accepting, drain the journal into the log (bounded), close everything."""
+        if self.embedded_watch is not None:
+            self.embedded_watch.stop()  # a server stopped during shutdown stays stopped
+        self.readiness.stop()
         self.health.enter_graceful_shutdown()
         if self._http_server is not None:
             self._http_server.should_exit = True
@@ -141,6 +161,10 @@ class Service:
             self.scorer.stop(drain_timeout_s)
         if self.sealer is not None:
             self.sealer.stop()  # seals what the scorer drained
+        if self.reviewer_guard is not None:
+            self.reviewer_guard.stop()
         self.journal.close()
+        if self.db_probe is not None:
+            self.db_probe.close()
         if self.engine is not None:
             self.engine.dispose()

@@ -112,6 +112,18 @@ class Settings(BaseSettings):
     scoring_enabled: bool = True
     """Run the scorer and decision log; off only for ingest-only deployments and tests."""
 
+    readiness_interval_s: float = Field(default=1.0, gt=0)
+    """Seconds between two background rounds of the readiness checks (`/readyz`,
+    gRPC health, `understudy_ready`, `understudy_db_up`)."""
+
+    readiness_check_timeout_s: float = Field(default=1.0, gt=0)
+    """A readiness check (the database probe among them) that has not answered within
+    this many seconds counts as failed: "no answer within 1 s"."""
+
+    embedded_db_watch_interval_s: float = Field(default=1.0, ge=0)
+    """How often the service looks at the embedded PostgreSQL it owns and restarts its
+    postmaster if it died (with backoff); 0 never restarts it. Unused with `database_url`."""
+
     evaluator_enabled: bool = True
     """Run the evaluator loop (needs scoring): every replica runs it, one leads at a time,
     chosen by a lease in PostgreSQL (docs/evaluator.md)."""
