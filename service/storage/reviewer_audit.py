@@ -12,8 +12,17 @@
 
 Queries refused before any SQL (a bad filter: `InvalidInput`) or for the
 caller's role are logged too, in their own transaction and best effort: the
-refusal itself must reach the caller even while the database is down.
-Parameters are logged as sent, made storable (NUL escaped, long values cut).
+refusal itself must reach the caller even while the database is down. So are
+reads that fail: the database unreachable (``error``), past the statement
+timeout (``timeout``, raised as `ReviewerTimeout`), or any unexpected error
+(``failed``, which the API answers with a 500) — every query, failed or not,
+has its row. Each row carries the HTTP status the API answers for its outcome
+(`STATUS_OF`). Parameters are logged as sent, made storable (NUL escaped,
+long values cut).
+
+The reviewer cannot reconfigure these reads: they run on the service's own
+connection, and the statement timeout is set per transaction (``SET LOCAL``)
+after the role switch, from a value only the service holds.
 """
 
 from __future__ import annotations
@@ -23,7 +32,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from sqlalchemy import Connection, Engine, insert, text
+import psycopg
+from sqlalchemy import Connection, Engine, exc, insert, text
 
 from service.contract import DEFAULT_FEATURES, FeatureFunction
 from service.contract.errors import InvalidInput, NotFound, Unavailable
@@ -53,6 +63,25 @@ STATEMENT_TIMEOUT_MS = 30_000
 MAX_LOGGED_VALUE = 512
 MAX_LOGGED_PARAMETERS = 32
 MAX_ID = 512
+
+STATUS_OF: dict[str, int] = {
+    "ok": 200,
+    "rejected": 400,
+    "denied": 403,
+    "not_found": 404,
+    "failed": 500,
+    "error": 503,
+    "timeout": 503,
+}
+"""The HTTP status the reviewer API answers for each logged outcome."""
+
+
+class ReviewerTimeout(Unavailable):
+    """A reviewer read ran past its statement timeout (logged as ``timeout``)."""
+
+
+def _timed_out(err: BaseException | None) -> bool:
+    return isinstance(err, exc.DBAPIError) and isinstance(err.orig, psycopg.errors.QueryCanceled)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,13 +144,14 @@ class ReviewerAccess:
                 rows_returned=rows,
                 outcome=outcome,
                 detail=None if detail is None else _storable(detail, 1000),
+                status=STATUS_OF[outcome],
             )
         )
 
     def record_refusal(
         self, who: Reviewer, endpoint: str, params: Mapping[str, str], outcome: str, why: str
     ) -> None:
-        """Log a query refused before any read (``rejected``, ``denied``); best effort."""
+        """Log a query refused or failed outside a read's transaction; best effort."""
         try:
             with unavailable_on_failure("logging reviewer access"), self.engine.begin() as conn:
                 self._write(conn, who, endpoint, params, 0, outcome, why)
@@ -154,7 +184,17 @@ class ReviewerAccess:
                 else:
                     self._write(conn, who, endpoint, params, 0, "not_found", str(refused))
         except Unavailable as err:
+            if _timed_out(err.__cause__):
+                why = (
+                    f"the query ran past its {self.statement_timeout_ms} ms statement "
+                    "timeout; narrow the filters or lower `limit`"
+                )
+                self.record_refusal(who, endpoint, params, "timeout", why)
+                raise ReviewerTimeout(why) from err.__cause__
             self.record_refusal(who, endpoint, params, "error", str(err))
+            raise
+        except Exception as err:  # a 500: still the caller's query, so still logged
+            self.record_refusal(who, endpoint, params, "failed", f"{type(err).__name__}: {err}")
             raise
         if refused is not None:
             raise refused

@@ -43,6 +43,10 @@ MAX_TEXT = 256
 MAX_CURSOR = 2048
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MAX_UNIX_S = 253_402_300_799.0  # 9999-12-31T23:59:59Z, as the contract's validator
+MAX_KEY_US = 253_402_300_799_999_999
+"""Latest request time a cursor may carry (9999-12-31T23:59:59.999999Z), in microseconds."""
+MAX_KEY_TEXT = 512
+"""Longest id or name a cursor may carry (what the contract and the registry accept)."""
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 
 DECISION_PARAMETERS: tuple[str, ...] = (
@@ -207,30 +211,55 @@ def encode_cursor(key: DecisionKey, order: str, digest: str) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
+def _check_key(key: object) -> DecisionKey:
+    """A cursor's key, if every part is one the log can hold (see `decode_cursor`)."""
+    if not (isinstance(key, list) and len(key) == 4):
+        raise InvalidInput("cursor", "is not a cursor this API issued; start again without it")
+    when, *names = key
+    if type(when) is not int:
+        raise InvalidInput("cursor", "is not a cursor this API issued: its time is not an integer")
+    if not 0 <= when <= MAX_KEY_US:
+        raise InvalidInput(
+            "cursor",
+            f"is not a cursor this API issued: its time {str(when)[:40]} µs is outside "
+            f"[0, {MAX_KEY_US}] (1970 to 9999); start again without it",
+        )
+    for part, name in zip(("request_id", "policy_name", "policy_version"), names, strict=True):
+        if not isinstance(name, str):
+            raise InvalidInput("cursor", f"is not a cursor this API issued: its {part} is no text")
+        try:
+            check_text(part, name, MAX_KEY_TEXT)
+        except InvalidInput as exc:
+            raise InvalidInput(
+                "cursor", f"is not a cursor this API issued: its {exc}; start again without it"
+            ) from None
+    return DecisionKey(when, names[0], names[1], names[2])
+
+
 def decode_cursor(value: str, order: str, digest: str) -> DecisionKey:
-    """The key a cursor continues after; `InvalidInput` on ``cursor`` if it is not ours."""
+    """The key a cursor continues after; `InvalidInput` on ``cursor`` if it is not ours.
+
+    Cursors are opaque but not secret (base64url JSON, the digest is a plain
+    hash), so one can be crafted: every part of the key is checked against what
+    the log can hold — a time in integer microseconds within the contract's
+    range (an out-of-range one once overflowed into a 500), texts non-empty,
+    bounded, without NUL or lone surrogates — before it is bound to any SQL.
+    """
     check_text("cursor", value, MAX_CURSOR)
     bad = InvalidInput("cursor", "is not a cursor this API issued; start again without it")
     try:
         raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
         body = json.loads(raw.decode())
-    except (binascii.Error, ValueError, UnicodeDecodeError):
+    except (binascii.Error, ValueError, UnicodeDecodeError, RecursionError):
         raise bad from None
-    if not isinstance(body, dict) or body.get("v") != 1:
+    if not isinstance(body, dict) or type(body.get("v")) is not int or body.get("v") != 1:
         raise bad
-    key = body.get("k")
-    if not (
-        isinstance(key, list)
-        and len(key) == 4
-        and type(key[0]) is int
-        and all(isinstance(k, str) and k and "\x00" not in k for k in key[1:])
-    ):
-        raise bad
+    key = _check_key(body.get("k"))
     if body.get("o") != order or body.get("f") != digest:
         raise InvalidInput(
             "cursor", "belongs to a query with other filters or order; start again without it"
         )
-    return DecisionKey(key[0], key[1], key[2], key[3])
+    return key
 
 
 def parse_decision_query(params: Mapping[str, str]) -> DecisionQuery:

@@ -1,4 +1,4 @@
-"""The reviewer access log as SQLAlchemy Core, mirroring migration 0004.
+"""The reviewer access log as SQLAlchemy Core, mirroring migrations 0004 and 0008.
 
 The migration is the source of truth (with the append-only triggers, the
 ``understudy_reviewer`` role and the documented views); this `Table` lives on
@@ -17,6 +17,7 @@ from sqlalchemy import (
     Index,
     Integer,
     PrimaryKeyConstraint,
+    SmallInteger,
     Table,
     Text,
     func,
@@ -36,8 +37,17 @@ REVIEWER_VIEWS: tuple[str, ...] = (
 )
 """The documented views (docs/reviewer.md)."""
 
-ACCESS_OUTCOMES: tuple[str, ...] = ("ok", "rejected", "not_found", "denied", "error")
-"""How a logged reviewer query ended."""
+ACCESS_OUTCOMES: tuple[str, ...] = (
+    "ok",
+    "rejected",
+    "not_found",
+    "denied",
+    "error",
+    "timeout",
+    "failed",
+)
+"""How a logged reviewer query ended: ``error`` = the database unavailable,
+``timeout`` = past the statement timeout, ``failed`` = an unexpected error (a 500)."""
 
 TS = DateTime(timezone=True)
 
@@ -53,11 +63,13 @@ reviewer_access_log = Table(
     Column("rows_returned", Integer, nullable=False),
     Column("outcome", Text, nullable=False),
     Column("detail", Text),
+    Column("status", SmallInteger),  # the HTTP status answered; null before 0008
     PrimaryKeyConstraint("access_id", name="reviewer_access_log_pkey"),
     CheckConstraint("rows_returned >= 0", name="reviewer_access_log_rows"),
     CheckConstraint(
-        "outcome IN ('ok', 'rejected', 'not_found', 'denied', 'error')",
+        "outcome IN ('ok', 'rejected', 'not_found', 'denied', 'error', 'timeout', 'failed')",
         name="reviewer_access_log_outcome",
     ),
+    CheckConstraint("status BETWEEN 100 AND 599", name="reviewer_access_log_status"),
     Index("reviewer_access_log_at", "at"),
 )

@@ -111,8 +111,10 @@ class DecisionLogWriter:
         outcome_lookback_s: how far before an outcome's ``observed_at`` its
             request is first looked for (only those partitions are probed;
             outcomes not found there are then searched everywhere).
-        keeper: creates day partitions as traffic reaches new days; None
-            creates a default `PartitionKeeper` (window: 7 days back, 2 ahead).
+        keeper: keeps day partitions created ahead and for the days traffic
+            reaches, never waiting on a lock (a long read cannot stall the
+            write); None creates a default `PartitionKeeper` (7 days back, 7
+            ahead, see `service.storage.partitions`).
     """
 
     def __init__(

@@ -5,9 +5,12 @@ A thin adapter over `ReviewerAccess`, which runs every read as the read-only
 same transaction. Query values are read raw and checked by
 `service.storage.reviewer_query` (an unknown status, a malformed time, a bad
 cursor or a limit out of range is a 400 naming the parameter, never a
-database error). Listings answer JSON, or CSV with ``?format=csv`` or
-``Accept: text/csv``; the decision listing's next cursor is also in the
-``X-Next-Cursor`` header.
+database error; a crafted cursor too). Every query, answered or refused
+(400, 403, 404, 500, 503, a timeout), is a row of the access log and a count
+of ``understudy_reviewer_queries_total``; only calls without a valid token
+(401) have no principal to log and are only counted. Listings answer JSON,
+or CSV with ``?format=csv`` or ``Accept: text/csv``; the decision listing's
+next cursor is also in the ``X-Next-Cursor`` header.
 
 =======  ===============================================  ================================
 method   path                                             what
@@ -38,7 +41,7 @@ from service.contract.errors import (
     Unavailable,
 )
 from service.metrics import ServiceMetrics
-from service.storage.reviewer_audit import Reviewer, ReviewerAccess
+from service.storage.reviewer_audit import Reviewer, ReviewerAccess, ReviewerTimeout
 from service.transport.http.models import ErrorModel
 from service.transport.http.protocols import EventModel, event_model
 from service.transport.http.reviewer_models import (
@@ -156,8 +159,14 @@ def reviewer_router(
         except NotFound:
             counted.labels(endpoint, "not_found").inc()
             raise
+        except ReviewerTimeout:
+            counted.labels(endpoint, "timeout").inc()
+            raise
         except Unavailable:
             counted.labels(endpoint, "unavailable").inc()
+            raise
+        except Exception:  # answered 500 by the framework; logged as `failed` by `access`
+            counted.labels(endpoint, "failed").inc()
             raise
         counted.labels(endpoint, "ok").inc()
         return result
