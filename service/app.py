@@ -58,6 +58,7 @@ from service.storage.chain_seal import ChainSealer
 from service.storage.reviewer_audit import ReviewerAccess
 from service.transport.grpc.server import build_grpc_server
 from service.transport.grpc.servicer import ShadowEvaluationServicer
+from service.transport.grpc.stream_limits import StreamLimits
 from service.transport.http.app import create_http_app
 from service.transport.http.protocols import protocol_router
 from service.transport.http.reviewer import reviewer_router
@@ -134,7 +135,18 @@ def build_service(
         RequestLimits(max_options=settings.max_options, max_nodes=settings.max_nodes),
     )
     authority = TokenAuthority(settings.auth_tokens)
-    servicer = ShadowEvaluationServicer(ingest, authority, metrics, settings.max_request_bytes)
+    servicer = ShadowEvaluationServicer(
+        ingest,
+        authority,
+        metrics,
+        settings.max_request_bytes,
+        stream_limits=StreamLimits(
+            total=settings.grpc_max_streams,
+            per_principal=settings.grpc_max_streams_per_principal,
+            per_connection=settings.grpc_max_streams_per_connection,
+            idle_timeout_s=settings.grpc_stream_idle_timeout_s,
+        ),
+    )
     service.grpc_server, service.grpc_port, service.health = build_grpc_server(
         servicer,
         settings.grpc_host,

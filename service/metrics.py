@@ -71,6 +71,23 @@ class ServiceMetrics:
             buckets=ACK_BUCKETS,
             registry=registry,
         )
+        self.grpc_streams_open = Gauge(
+            "understudy_grpc_streams_open",
+            "gRPC streams open now (mirror, outcome, health watch, reflection).",
+            registry=registry,
+        )
+        self.grpc_streams_refused = Counter(
+            "understudy_grpc_streams_refused",
+            "gRPC streams refused RESOURCE_EXHAUSTED, by the limit reached: connection, "
+            "principal or total.",
+            ["reason"],
+            registry=registry,
+        )
+        self.grpc_streams_idle_closed = Counter(
+            "understudy_grpc_streams_idle_closed",
+            "gRPC streams closed because the client sent nothing for the idle timeout.",
+            registry=registry,
+        )
         self.journal_depth_records = Gauge(
             "understudy_journal_depth_records",
             "Records appended but not yet checkpointed by the slowest consumer.",

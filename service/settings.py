@@ -54,7 +54,25 @@ class Settings(BaseSettings):
     """gRPC port; 0 picks a free one (tests)."""
 
     grpc_max_workers: int = Field(default=16, ge=1)
-    """Threads serving gRPC calls; each open stream holds one."""
+    """Threads kept for unary gRPC calls (and for refusing streams over their limits);
+    open streams get threads of their own on top, up to `grpc_max_streams`, so streams
+    held open can never take these."""
+
+    grpc_max_streams: int = Field(default=64, ge=1)
+    """Most gRPC streams open at once, all clients together; more are refused
+    RESOURCE_EXHAUSTED and counted in `understudy_grpc_streams_refused_total`."""
+
+    grpc_max_streams_per_principal: int = Field(default=32, ge=1)
+    """Most gRPC streams one principal (token) may hold open; keep it below
+    `grpc_max_streams` so one client cannot take them all."""
+
+    grpc_max_streams_per_connection: int = Field(default=8, ge=1)
+    """Most gRPC streams open on one client connection (one peer address and port)."""
+
+    grpc_stream_idle_timeout_s: float = Field(default=30.0, gt=0)
+    """A mirror or outcome stream whose client sends nothing for this long is closed
+    (DEADLINE_EXCEEDED, counted); the client library opens a new one (nothing is lost:
+    what was not acked is sent again)."""
 
     http_host: str = "127.0.0.1"
     """Address the HTTP server binds."""

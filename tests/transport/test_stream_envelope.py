@@ -121,7 +121,7 @@ def test_canonical_envelopes_journal_the_bytes_as_sent(
 
 
 def _drain(progress: StreamProgress, out: list[shadow_pb2.StreamAck]) -> None:
-    out.extend(progress.acks(idle_timeout=60.0))  # a lost wake-up would stall, not poll
+    out.extend(progress.acks(poll_s=60.0))  # a lost wake-up would stall, not poll
 
 
 def test_progress_announces_everything_while_the_generator_waits() -> None:
@@ -191,7 +191,7 @@ def test_progress_releases_its_wake_up_pipe_however_the_stream_ends() -> None:
     before = _open_descriptors()
     for round_ in range(200):
         progress = StreamProgress()
-        acks = progress.acks(idle_timeout=0.01)
+        acks = progress.acks(poll_s=0.01)
         progress.record(shadow_pb2.ACK_STATUS_ACCEPTED, 1)
         if round_ % 3 == 0:  # runs to the end
             progress.finish()

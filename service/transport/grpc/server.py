@@ -13,6 +13,7 @@ from service.transport.grpc.servicer import (
     ShadowEvaluationServicer,
     generic_handler,
 )
+from service.transport.grpc.stream_limits import StreamAdmission, StreamAdmissionInterceptor
 from service.wire.understudy.v1 import shadow_pb2
 
 # gRPC's own limit sits above ours so that an oversized message reaches the
@@ -32,15 +33,27 @@ def build_grpc_server(
     """Create (not start) the server; returns it, the bound port and the health servicer.
 
     `tls` is (private key PEM, certificate chain PEM); None serves plaintext.
+
+    A sync gRPC stream holds a pool thread for its whole life, so the pool has
+    `max_workers` threads for unary calls *on top of* one per admissible stream
+    (`servicer.stream_limits.total`): streams past their limits are refused by the
+    admission interceptor, so held streams can never take the unary threads.
     """
     limit = max_request_bytes * _GRPC_LIMIT_FACTOR
+    streams = servicer.stream_limits
+    admission = StreamAdmission(streams, servicer.metrics)
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
+        futures.ThreadPoolExecutor(
+            max_workers=max_workers + streams.total, thread_name_prefix="grpc"
+        ),
+        interceptors=(StreamAdmissionInterceptor(admission, servicer.principal_of),),
         options=[
             ("grpc.max_receive_message_length", limit),
             ("grpc.max_send_message_length", 1024 * 1024),
         ],
-        maximum_concurrent_rpcs=max_workers * 4,
+        # Past this gRPC itself answers RESOURCE_EXHAUSTED before any handler runs
+        # (uncounted by us): a queue of 4 calls per unary worker, plus the streams.
+        maximum_concurrent_rpcs=max_workers * 4 + streams.total,
     )
     server.add_generic_rpc_handlers((generic_handler(servicer),))
     health_servicer = health.HealthServicer()

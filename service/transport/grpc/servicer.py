@@ -21,13 +21,15 @@ from service.contract.errors import AuthError
 from service.metrics import ServiceMetrics
 from service.pipeline.ingest import AckStatus, Ingest, IngestResult
 from service.transport.grpc.errors import abort, handle_errors
-from service.transport.grpc.streams import StreamProgress
+from service.transport.grpc.stream_limits import StreamLimits
+from service.transport.grpc.streams import StreamIdle, StreamProgress
 from service.wire.convert import mirror_request_from_pb, outcome_from_pb
 from service.wire.understudy.v1 import contract_pb2, shadow_pb2
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "understudy.v1.ShadowEvaluation"
+UNAUTHENTICATED_PRINCIPAL = "(no valid token)"  # callers without a token share one limit
 _MAX_SEQUENCE = 2**64 - 1
 _PB_STATUS = {
     AckStatus.ACCEPTED: shadow_pb2.ACK_STATUS_ACCEPTED,
@@ -82,11 +84,26 @@ class ShadowEvaluationServicer:
         authority: TokenAuthority,
         metrics: ServiceMetrics,
         max_request_bytes: int,
+        stream_limits: StreamLimits | None = None,
     ) -> None:
         self._ingest = ingest
         self._authority = authority
         self._metrics = metrics
         self._limit = max_request_bytes
+        self.stream_limits = stream_limits or StreamLimits()
+
+    @property
+    def metrics(self) -> ServiceMetrics:
+        """Where the servicer counts; the server's stream admission counts there too."""
+        return self._metrics
+
+    def principal_of(self, context: grpc.ServicerContext) -> str:
+        """Whose stream this is, for the per-principal stream limit (never raises)."""
+        metadata = dict(context.invocation_metadata())
+        try:
+            return self._authority.identify(metadata.get("authorization")).principal
+        except AuthError:
+            return UNAUTHENTICATED_PRINCIPAL
 
     def _authorise(self, context: grpc.ServicerContext) -> None:
         metadata = dict(context.invocation_metadata())
@@ -175,11 +192,13 @@ class ShadowEvaluationServicer:
         open_envelope: Callable[[bytes], tuple[int, Callable[[], IngestResult]]],
         kind: str,
     ) -> Iterator[shadow_pb2.StreamAck]:
-        progress = StreamProgress()
+        idle_s = self.stream_limits.idle_timeout_s
+        progress = StreamProgress(idle_close_s=idle_s)
 
         def consume() -> None:
             try:
                 for raw in requests:
+                    progress.touch()
                     self._consume_one(raw, open_envelope, progress, kind)
             except grpc.RpcError:
                 log.info("%s stream ended by the client", kind)
@@ -189,7 +208,16 @@ class ShadowEvaluationServicer:
                 progress.finish()
 
         threading.Thread(target=consume, name=f"{kind}-stream-reader", daemon=True).start()
-        yield from progress.acks()
+        try:
+            yield from progress.acks()
+        except StreamIdle as exc:
+            # Ends the call; gRPC then ends the reader's request iterator.
+            self._metrics.grpc_streams_idle_closed.inc()
+            context.abort(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"{exc}: nothing was sent for UNDERSTUDY_GRPC_STREAM_IDLE_TIMEOUT_S = "
+                f"{idle_s:g} s, so the stream was closed; open a new one to send more",
+            )
 
     def _consume_one(
         self,

@@ -14,6 +14,10 @@ the GIL in hand and no Python runs (py-spy put 8-15% of the service's GIL
 samples in that `notify`). `os.write` releases the GIL around the syscall, so
 the woken generator runs at once. Two descriptors per stream, closed when the
 ack generator ends (finished, cancelled or collected).
+
+A stream whose client sends nothing for `idle_close_s` ends its ack generator
+with `StreamIdle`, so a client cannot hold a stream (and the server thread
+serving it) open for ever without sending (issue 20 item 2).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import contextlib
 import os
 import select
 import threading
+import time
 from collections import deque
 from collections.abc import Generator, Iterator
 
@@ -31,10 +36,23 @@ _ACCEPTED = shadow_pb2.ACK_STATUS_ACCEPTED
 _SHED = shadow_pb2.ACK_STATUS_SHED
 
 
-class StreamProgress:
-    """Shared state between a stream's reader thread and its ack generator."""
+class StreamIdle(Exception):
+    """The client sent nothing for the stream's idle limit."""
 
-    def __init__(self) -> None:
+    def __init__(self, idle_s: float, limit_s: float) -> None:
+        super().__init__(f"stream idle for {idle_s:.1f} s (limit {limit_s:g} s)")
+        self.idle_s = idle_s
+        self.limit_s = limit_s
+
+
+class StreamProgress:
+    """Shared state between a stream's reader thread and its ack generator.
+
+    `idle_close_s`: end the ack generator with `StreamIdle` once nothing has
+    arrived (or been recorded) for that long; None never closes.
+    """
+
+    def __init__(self, idle_close_s: float | None = None) -> None:
         self._lock = threading.Lock()
         self._individual: deque[shadow_pb2.StreamAck] = deque()
         self._through = 0
@@ -51,10 +69,17 @@ class StreamProgress:
         self._poll.register(self._wake_r, select.POLLIN)
         self._closed = False
         self.last_sequence = 0
+        self._idle_close_s = idle_close_s
+        self._last_activity = time.monotonic()
+
+    def touch(self) -> None:
+        """A message arrived: the stream is not idle (the reader calls it per message)."""
+        self._last_activity = time.monotonic()
 
     def record(self, status: int, sequence: int) -> None:
         """Record the fate of message `sequence` (status: a shadow_pb2.AckStatus value)."""
         with self._lock:
+            self._last_activity = time.monotonic()
             if status == _ACCEPTED:
                 self.accepted += 1
             else:
@@ -98,14 +123,27 @@ class StreamProgress:
             with contextlib.suppress(BlockingIOError):
                 os.read(self._wake_r, 4096)
 
-    def acks(self, idle_timeout: float = 1.0) -> Generator[shadow_pb2.StreamAck, None, None]:
-        """Yield acks as progress is made, until the reader finishes and all is acked."""
+    def acks(self, poll_s: float = 1.0) -> Generator[shadow_pb2.StreamAck, None, None]:
+        """Yield acks as progress is made, until the reader finishes and all is acked.
+
+        `poll_s` bounds one sleep (a lost wake-up costs at most that); raises
+        `StreamIdle` when the idle limit passes with nothing new.
+        """
         try:
-            yield from self._acks(idle_timeout)
+            yield from self._acks(poll_s)
         finally:
             self._close()
 
-    def _acks(self, idle_timeout: float) -> Iterator[shadow_pb2.StreamAck]:
+    def _sleep_budget(self, poll_s: float) -> float:
+        """How long to sleep next; raises `StreamIdle` when the idle limit has passed."""
+        if self._idle_close_s is None:
+            return poll_s
+        idle_s = time.monotonic() - self._last_activity
+        if idle_s >= self._idle_close_s:
+            raise StreamIdle(idle_s, self._idle_close_s)
+        return min(poll_s, self._idle_close_s - idle_s)
+
+    def _acks(self, poll_s: float) -> Iterator[shadow_pb2.StreamAck]:
         while True:
             self._lock.acquire()
             try:
@@ -114,10 +152,11 @@ class StreamProgress:
                     and self._through == self._announced_through
                     and not self._finished
                 ):
+                    budget = self._sleep_budget(poll_s)  # raises under the lock: released below
                     self._waiting = True
                     self._lock.release()
                     try:
-                        self._sleep(idle_timeout)
+                        self._sleep(budget)
                     finally:
                         self._lock.acquire()
                         self._waiting = False
