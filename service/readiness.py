@@ -161,8 +161,9 @@ class Readiness:
     def evaluate(self) -> list[CheckResult]:
         """Run one round now, bounded by the checks' bounds, and return it.
 
-        A check that raises counts as failed, with the error; one that is still
-        running from an earlier round is awaited (within its bound), not called again.
+        A check that raises counts as failed, with the error; one still running
+        from an earlier round (so past its bound) is not called again and reads
+        as not answering, without a wait: a round during a freeze is quick.
         """
         with self._round_lock:
             with self._lock:
@@ -176,17 +177,21 @@ class Readiness:
                     threading.Thread(
                         target=_call, args=(slot.check, future), name="readiness", daemon=True
                     ).start()
-            results = [self._settle(name, slot, started) for name, slot in slots]
+            results = [self._settle(name, slot) for name, slot in slots]
         with self._lock:
             for (_, slot), result in zip(slots, results, strict=True):
                 slot.result = result
         return results
 
     @staticmethod
-    def _settle(name: str, slot: _Slot, started: float) -> CheckResult:
+    def _settle(name: str, slot: _Slot) -> CheckResult:
+        """The check's answer, waiting at most until its bound from when its call began.
+
+        A call carried over from an earlier round is past its bound already: no wait.
+        """
         running = slot.running
         assert running is not None
-        remaining = started + slot.timeout_s - time.monotonic()
+        remaining = slot.started_at + slot.timeout_s - time.monotonic()
         try:
             ok, detail = running.result(timeout=max(0.0, remaining))
         except TimeoutError:
@@ -242,13 +247,13 @@ class Readiness:
                 for waiter in waiters:
                     _resolve(waiter, exc)
                 continue
-            for waiter in waiters:
-                _resolve(waiter, results)
-            for listener in listeners:
+            for listener in listeners:  # first: a reader of the round sees what it set
                 try:
                     listener(results)
                 except Exception:
                     log.exception("readiness listener failed")
+            for waiter in waiters:
+                _resolve(waiter, results)
         with self._lock:
             waiters, self._waiters = self._waiters, []
         for waiter in waiters:
