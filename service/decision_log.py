@@ -141,4 +141,5 @@ class DecisionLogSink:
                 outcomes_joined_from_parked=oc.joined_from_pending,
                 duplicates=result.requests.duplicates + result.decisions.duplicates + oc.duplicates,
                 outcome_delays_s=tuple(oc.outcome_delays_s),
+                request_conflicts=result.request_conflicts,
             )

@@ -162,6 +162,12 @@ class ServiceMetrics:
             "Rows skipped as already logged (journal replays after a crash or outage).",
             registry=registry,
         )
+        self.request_conflicts = Counter(
+            "understudy_request_conflicts",
+            "Requests reusing a logged (request_id, request_time) with other content: the "
+            "first stays, each distinct contradicting one is recorded in `conflicts` once.",
+            registry=registry,
+        )
         self.outcomes = Counter(
             "understudy_outcomes",
             "Outcomes by join event: joined_on_arrival, parked (request not seen yet), "
@@ -310,8 +316,29 @@ class ServiceMetrics:
         self.reviewer_queries = Counter(
             "understudy_reviewer_queries",
             "Reviewer API queries by endpoint and result (ok, rejected, not_found, denied, "
-            "unavailable); each is also a row of the reviewer_access_log table.",
+            "unavailable, timeout, failed); each is also a row of the reviewer_access_log "
+            "table.",
             ["endpoint", "result"],
+            registry=registry,
+        )
+        self.reviewer_sessions_ended = Counter(
+            "understudy_reviewer_sessions_ended",
+            "Direct understudy_reviewer database sessions the reviewer guard ended, by reason "
+            "(transaction: open past the limit; idle: idle in a transaction past the limit).",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in ("transaction", "idle"):
+            self.reviewer_sessions_ended.labels(reason)
+        self.reviewer_role_settings_restored = Counter(
+            "understudy_reviewer_role_settings_restored",
+            "Times the reviewer guard found understudy_reviewer's role defaults changed "
+            "(ALTER ROLE by the role itself) and put them back.",
+            registry=registry,
+        )
+        self.reviewer_guard_failures = Counter(
+            "understudy_reviewer_guard_failures",
+            "Reviewer guard sweeps that failed (the database unreachable); retried next tick.",
             registry=registry,
         )
         self.chain_sealed_rows = Counter(
@@ -328,6 +355,13 @@ class ServiceMetrics:
         self.chain_seal_errors = Counter(
             "understudy_chain_seal_errors",
             "Seals that failed (database unreachable, anchor file unwritable); retried.",
+            registry=registry,
+        )
+        self.chain_seal_refusals = Counter(
+            "understudy_chain_seal_refusals",
+            "Seals refused because the anchor, its witness or the chain tables no longer match "
+            "the signed heads (tampering: nothing is signed until it is resolved; "
+            "docs/tamper_evidence.md).",
             registry=registry,
         )
         self.drift_psi_max = Gauge(

@@ -64,6 +64,7 @@ class SinkResult:
     outcomes_joined_from_parked: int = 0
     duplicates: int = 0
     outcome_delays_s: tuple[float, ...] = ()
+    request_conflicts: int = 0  # same (request_id, request_time), other content: kept aside
 
 
 class DecisionSink(Protocol):

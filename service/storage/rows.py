@@ -217,3 +217,5 @@ class WriteResult:
     decisions: Counts = field(default_factory=Counts)
     outcomes: OutcomeCounts = field(default_factory=OutcomeCounts)
     elapsed_s: float = 0.0
+    request_conflicts: int = 0
+    """Skipped requests whose content contradicts the logged one, newly put in ``conflicts``."""

@@ -196,7 +196,9 @@ conflicts = Table(
     Column("incoming", JSONB, nullable=False),
     Column("recorded_at", TS, nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("conflict_id", name="conflicts_pkey"),
-    CheckConstraint("kind IN ('outcome', 'production_decision')", name="conflicts_kind"),
+    CheckConstraint(  # 'request': migration 0009
+        "kind IN ('outcome', 'production_decision', 'request')", name="conflicts_kind"
+    ),
     Index(
         "conflicts_once",
         "request_id",

@@ -31,6 +31,7 @@ from sqlalchemy import Engine
 
 from service.contract.errors import Conflict
 from service.storage import outcome_join
+from service.storage import request_conflicts as request_conflict_log
 from service.storage.engine import unavailable_on_failure
 from service.storage.partitions import PartitionKeeper
 from service.storage.rows import (
@@ -166,11 +167,13 @@ class DecisionLogWriter:
             unique = list({s.snapshot_hash: s for s in batch.snapshots}.values())
             snapshots = _insert(cur, len(batch.snapshots), SNAPSHOTS, unique, _INSERT_SNAPSHOTS)
         requests = Counts()
-        from_pending = 0
+        from_pending = request_conflicts = 0
         if batch.requests:
             requests = _insert(cur, len(batch.requests), REQUESTS, batch.requests, _INSERT_REQUESTS)
             if requests.inserted:
                 from_pending = outcome_join.join_pending(cur)
+            if requests.duplicates:  # only then: a skipped row may contradict the logged one
+                request_conflicts = request_conflict_log.record(cur)
         decisions = Counts()
         if batch.decisions:
             decisions = _insert(
@@ -184,6 +187,7 @@ class DecisionLogWriter:
             policies=policies,
             snapshots=snapshots,
             requests=requests,
+            request_conflicts=request_conflicts,
             decisions=decisions,
             outcomes=OutcomeCounts(
                 joined=staged.joined if staged else 0,
