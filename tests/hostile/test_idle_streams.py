@@ -26,9 +26,11 @@ from typing import Any
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from service.app import Service
 from service.auth import token_digest
+from service.client import MirrorClient
 from service.contract import MirrorRequest
 from service.transport.grpc.servicer import SERVICE_NAME
 from service.wire.convert import mirror_request_to_pb
@@ -300,3 +302,54 @@ def test_a_stream_idle_past_the_timeout_is_closed_and_counted(
         f"\nactive stream kept for {sent} messages over {2.5 * idle_s:.1f} s; idle one closed "
         f"{closed_after:.2f} s after its last message (timeout {idle_s} s)"
     )
+
+
+@pytest.mark.live
+def test_health_watch_streams_are_bounded_too_and_unary_check_still_answers(
+    monkeypatch: pytest.MonkeyPatch, make_service: Callable[..., Service], runtime_token: str
+) -> None:
+    _limits(monkeypatch, grpc_max_streams_per_connection=1)
+    service = _start(make_service, runtime_token)
+    with _own_connection(service) as channel:
+        health = health_pb2_grpc.HealthStub(channel)  # type: ignore[no-untyped-call]
+        everything = health_pb2.HealthCheckRequest(service="")
+        watch = health.Watch(everything, timeout=HANG_GUARD_S)
+        try:
+            assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+            with pytest.raises(grpc.RpcError) as refused:
+                next(health.Watch(everything, timeout=HANG_GUARD_S))
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "UNDERSTUDY_GRPC_MAX_STREAMS_PER_CONNECTION" in (refused.value.details() or "")
+            check = health.Check(everything, timeout=HANG_GUARD_S)
+            assert check.status == health_pb2.HealthCheckResponse.SERVING
+            assert (
+                counter_sum(service, "understudy_grpc_streams_refused_total", reason="connection")
+                == 1
+            )
+        finally:
+            watch.cancel()
+    _wait(lambda: _gauge(service) == 0, "the watch to be released")
+
+
+@pytest.mark.live
+def test_the_client_library_reopens_an_idle_closed_stream_and_loses_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+    make_service: Callable[..., Service],
+    runtime_token: str,
+    requests_sample: list[MirrorRequest],
+) -> None:
+    _limits(monkeypatch, grpc_stream_idle_timeout_s=0.5)
+    service = _start(make_service, runtime_token)
+    client = MirrorClient(f"127.0.0.1:{service.grpc_port}", runtime_token)
+    try:
+        assert client.mirror(mirror_request_to_pb(requests_sample[0]))
+        assert client.flush(HANG_GUARD_S)
+        idle_closed = "understudy_grpc_streams_idle_closed_total"
+        _wait(lambda: counter_sum(service, idle_closed) >= 2, "both lanes to be closed idle")
+        assert client.mirror(mirror_request_to_pb(requests_sample[1]))
+        assert client.flush(HANG_GUARD_S)
+    finally:
+        stats = client.close()
+    assert stats.mirrors.accepted == 2 and stats.mirrors.dropped == 0
+    assert stats.reconnects >= 2
+    print(f"\nclient: {stats.reconnects} reconnects after idle closes, nothing dropped")
