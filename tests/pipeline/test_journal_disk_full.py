@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-import service.pipeline.journal_store as store_module
 from service.pipeline.journal import (
     FsyncMode,
     IngestJournal,
@@ -186,12 +185,12 @@ def test_a_failed_rollback_is_retried_before_the_next_write_monkeypatched(
             raise OSError(errno.EIO, "Input/output error")
         real_ftruncate(fd, length)
 
-    monkeypatch.setattr(store_module.os, "writev", half_writev)
-    monkeypatch.setattr(store_module.os, "ftruncate", flaky_ftruncate)
+    monkeypatch.setattr("service.pipeline.journal_store.os.writev", half_writev)
+    monkeypatch.setattr("service.pipeline.journal_store.os.ftruncate", flaky_ftruncate)
     with pytest.raises(JournalIOError):
         journal.append(MIRROR, body(1))
     assert journal.health() == (False, "write failed: no space left on device, 1 refused")
-    monkeypatch.setattr(store_module.os, "writev", real_writev)
+    monkeypatch.setattr("service.pipeline.journal_store.os.writev", real_writev)
     assert journal.append(MIRROR, body(2)) == 2  # the partial record was cut first
     assert journal.health()[0]
     journal.close()
@@ -213,12 +212,12 @@ def test_a_segment_that_cannot_be_created_leaves_the_old_one_active_monkeypatche
             raise OSError(errno.EMFILE, "Too many open files")
         return real_open(path, flags, mode)
 
-    monkeypatch.setattr(store_module.os, "open", no_new_files)
+    monkeypatch.setattr("service.pipeline.journal_store.os.open", no_new_files)
     with pytest.raises(JournalIOError) as refused:
         journal.append(MIRROR, body(3))  # needs a new segment
     assert refused.value.errno == errno.EMFILE
     assert journal.health() == (False, "write failed: too many open files, 1 refused")
-    monkeypatch.setattr(store_module.os, "open", real_open)
+    monkeypatch.setattr("service.pipeline.journal_store.os.open", real_open)
     assert journal.append(MIRROR, body(4)) == 4
     journal.close()
     assert [r.payload for r in read_all(directory)] == [body(i) for i in (0, 1, 2, 4)]
