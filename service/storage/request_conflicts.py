@@ -35,8 +35,10 @@ from service.storage.payload import stored_payload
 from service.wire.understudy.v1 import contract_pb2 as pb
 
 _SIDE = (
-    "{a}.payload_zstd, {a}.state_offset, {s}.state_zstd, {a}.workload_id, {a}.tenant, "
-    "{a}.n_options, {a}.n_nodes, {a}.production_option, {a}.production_propensity"
+    "{a}.payload_zstd, {a}.state_offset, "
+    "(SELECT state_zstd FROM cluster_snapshots WHERE snapshot_hash = {a}.snapshot_hash), "
+    "{a}.workload_id, {a}.tenant, {a}.n_options, {a}.n_nodes, {a}.production_option, "
+    "{a}.production_propensity"
 )
 _SUMMARY = (
     "workload_id",
@@ -48,16 +50,19 @@ _SUMMARY = (
 )
 
 # Staged rows whose key is logged with different stored bytes. The staged row that
-# was inserted matches itself; an exact replay matches the stored row.
+# was inserted matches itself; an exact replay matches the stored row. The lookup is
+# a LATERAL ... LIMIT 1 (never flattened into a join) so that each staged row is one
+# probe of the unique index of its day's partition, never a scan of `requests`; the
+# snapshots are read (by primary key) only for the rows that differ.
 _DIFFERING = f"""
     SELECT s.request_id, s.request_time, r.journal_seq,
-           {_SIDE.format(a="s", s="ss")},
-           {_SIDE.format(a="r", s="rs")}
+           {_SIDE.format(a="s")},
+           {_SIDE.format(a="r")}
       FROM stage_requests s
-      JOIN requests r
-        ON r.request_id = s.request_id AND r.request_time = to_timestamp(s.request_time)
-      LEFT JOIN cluster_snapshots ss ON ss.snapshot_hash = s.snapshot_hash
-      LEFT JOIN cluster_snapshots rs ON rs.snapshot_hash = r.snapshot_hash
+     CROSS JOIN LATERAL (
+            SELECT * FROM requests
+             WHERE request_id = s.request_id AND request_time = to_timestamp(s.request_time)
+             LIMIT 1) r
      WHERE s.snapshot_hash IS DISTINCT FROM r.snapshot_hash
         OR s.state_offset IS DISTINCT FROM r.state_offset
         OR s.payload_zstd <> r.payload_zstd
