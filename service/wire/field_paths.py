@@ -17,8 +17,7 @@ bare and with ``[]``, a repeated message's fields under ``name[].``.
 from __future__ import annotations
 
 from collections.abc import Iterator
-
-from google.protobuf.descriptor import Descriptor
+from typing import Any
 
 from service.wire.understudy.v1 import contract_pb2 as pb
 
@@ -27,7 +26,8 @@ ENVELOPE_FIELDS = frozenset({"body", "request", "outcome", "sequence", "options[
 gRPC message or stream envelope part, and one placement option (``options[3]``)."""
 
 
-def _paths(message: Descriptor, prefix: str) -> Iterator[str]:
+def _paths(message: Any, prefix: str) -> Iterator[str]:
+    # `Any`: the stubs type DESCRIPTOR as the Python or the upb `Descriptor`.
     for field in message.fields:
         path = f"{prefix}{field.name}"
         yield path
