@@ -16,7 +16,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
+from service.contract import MirrorRequest, RequestLimits
+from service.metrics import ServiceMetrics
+from service.pipeline.ingest import AckStatus, Ingest
 from service.pipeline.journal import (
     FsyncMode,
     IngestJournal,
@@ -26,6 +30,7 @@ from service.pipeline.journal import (
     read_all,
 )
 from service.pipeline.journal_format import HEADER_SIZE
+from service.wire.convert import mirror_request_to_pb
 from tests.tinyfs import fill, tmpfs
 
 MIRROR = RecordKind.MIRROR
@@ -235,3 +240,40 @@ def test_a_consumer_that_never_committed_can_still_commit_on_a_full_disk(disk: P
     journal.commit("scorer", seqs[-1])
     assert journal.append(MIRROR, body(0)) == seqs[-1] + 1
     journal.close()
+
+
+def test_ingest_sheds_by_reason_bound_then_disk(
+    disk: Path, requests_sample: list[MirrorRequest]
+) -> None:
+    """Ingest turns a full bound and a full disk into sheds, each counted by its reason."""
+    registry = CollectorRegistry()
+    metrics = ServiceMetrics(registry)
+    request = requests_sample[0]
+    raw = mirror_request_to_pb(request).SerializeToString()
+    config = JournalConfig(
+        disk / "journal", max_bytes=3 * (HEADER_SIZE + len(raw)), fsync_mode=FsyncMode.NEVER
+    )
+    journal = IngestJournal(config)
+    ingest = Ingest(journal, metrics, RequestLimits())
+
+    def mirror() -> AckStatus:
+        return ingest.mirror("grpc", lambda: (request, raw)).status
+
+    def count(result: str, reason: str | None = None) -> float:
+        if reason is None:
+            labels = {"transport": "grpc", "kind": "mirror", "result": result}
+            return registry.get_sample_value("understudy_ingest_total", labels) or 0.0
+        labels = {"transport": "grpc", "kind": "mirror", "reason": reason}
+        return registry.get_sample_value("understudy_ingest_sheds_total", labels) or 0.0
+
+    assert [mirror() for _ in range(4)] == [AckStatus.ACCEPTED] * 3 + [AckStatus.SHED]
+    assert count("shed", "journal_full") == 1
+    journal.commit("scorer", 2)  # room under the bound; seq 3 keeps the segment in use
+    filler = fill(disk)
+    assert mirror() is AckStatus.SHED  # the disk, not the bound
+    assert count("shed", "disk_full") == 1 and count("shed") == 2 and count("accepted") == 3
+    filler.unlink()
+    assert mirror() is AckStatus.ACCEPTED
+    journal.close()
+    assert mirror() is AckStatus.SHED  # closed (shutting down): shed, not an internal error
+    assert count("shed", "journal_error") == 1
