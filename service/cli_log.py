@@ -4,8 +4,9 @@
     understudy log verify [--anchor FILE]... recompute the chain, check it against the anchor
     understudy log retire --before DATE      drop whole days before DATE, with a record
 
-Settings come from ``UNDERSTUDY_*`` (database, data dir, key and anchor
-files). Exit codes: 0 fine, 1 the chain does not verify (or a day refused to
+Settings come from ``UNDERSTUDY_*`` (database, data dir, key, anchor and
+witness files). Exit codes: 0 fine, 1 the chain does not verify (or a seal
+refused to sign what does not extend the signed chain, or a day refused to
 retire), 2 bad input (a key file with loose permissions, a bad date), 3 the
 database is unreachable. docs/tamper_evidence.md explains the design.
 """
@@ -27,7 +28,7 @@ from service.cli_errors import GuardedGroup, decision_log_url
 from service.contract.errors import Conflict
 from service.settings import Settings
 from service.storage import make_engine
-from service.storage.chain_anchor import Anchor, AnchorError, load_key
+from service.storage.chain_anchor import Anchor, AnchorError, SealRefused, load_key
 from service.storage.chain_retire import retire
 from service.storage.chain_seal import ChainSealer
 from service.storage.chain_verify import verify
@@ -61,18 +62,30 @@ def _key(path: Path, *, create: bool) -> bytes:
 
 def _sealer(settings: Settings, engine: Engine) -> ChainSealer:
     key_file, anchor_file = settings.resolved_chain_files
-    anchor = Anchor(anchor_file, _key(key_file, create=True))
+    key = _key(key_file, create=True)
+    anchor = Anchor(anchor_file, key, settings.resolved_chain_witness)
     return ChainSealer(engine, anchor, block_rows=settings.chain_block_rows)
+
+
+def _refused(exc: SealRefused) -> typer.Exit:
+    console.print(f"[red]{exc}[/]")
+    console.print("run `understudy log verify` to see what was changed; nothing was signed")
+    return typer.Exit(1)
 
 
 @log_app.command("seal")
 def seal() -> None:
-    """Seal every decision that is safe to seal now, and anchor the new heads."""
+    """Seal every decision, outcome and request that is safe to seal now; anchor the heads."""
     with _engine() as (settings, engine):
-        report = _sealer(settings, engine).seal_all()
+        try:
+            report = _sealer(settings, engine).seal_all()
+        except SealRefused as exc:
+            raise _refused(exc) from exc
+    others = ", ".join(f"{n} {name}" for name, n in report.chained if name != "decisions")
     console.print(
-        f"[green]sealed {report.rows} decisions in {report.blocks} blocks[/] "
-        f"(watermark xid {report.watermark})"
+        f"[green]sealed {report.rows} decisions in {report.blocks} blocks[/]"
+        + (f" (and {others})" if others else "")
+        + f" (watermark xid {report.watermark})"
     )
 
 
@@ -86,6 +99,14 @@ def verify_cmd(
             "default: UNDERSTUDY_CHAIN_ANCHOR_FILE.",
         ),
     ] = None,
+    witness: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--witness",
+            help="The witness of each --anchor, in the same order; default (without "
+            "--anchor): UNDERSTUDY_CHAIN_WITNESS_FILE.",
+        ),
+    ] = None,
     show: Annotated[int, typer.Option(help="How many problems to list.")] = 20,
 ) -> None:
     """Recompute every row hash and block head; check them against the signed anchor."""
@@ -93,6 +114,7 @@ def verify_cmd(
         key_file, anchor_file = settings.resolved_chain_files
         key = _key(key_file, create=False)
         files = anchor or [anchor_file]
+        witnesses = witness or ([] if anchor else [settings.resolved_chain_witness])
         with Progress(
             TextColumn("[bold]verifying[/] {task.description}"),
             BarColumn(),
@@ -106,13 +128,20 @@ def verify_cmd(
                 engine,
                 files,
                 key,
+                witnesses=witnesses,
                 days_known=lambda n: progress.update(task, total=n),
                 on_day=lambda day, _: progress.update(task, advance=1, description=str(day)),
             )
+    chains = ", ".join(
+        f"{rows} {name} in {blocks} blocks"
+        for name, (rows, blocks) in report.chains.items()
+        if name != "decisions"
+    )
     console.print(
-        f"{report.days} live days ({report.rows} decisions in {report.blocks} blocks), "
-        f"{report.retired_days} retired days, {report.pending_rows} decisions not sealed yet, "
-        f"{report.anchor_lines} anchor lines"
+        f"{report.days} live days ({report.rows} decisions in {report.blocks} blocks"
+        + (f"; {chains}" if chains else "")
+        + f"), {report.retired_days} retired days, {report.pending_rows} decisions not sealed "
+        f"yet, {report.anchor_lines} anchor lines"
     )
     if report.ok:
         console.print("[green]the decision log verifies[/]")
@@ -154,6 +183,8 @@ def retire_cmd(
         except Conflict as exc:
             console.print(f"[red]{exc}[/]")
             raise typer.Exit(1) from exc
+        except SealRefused as exc:
+            raise _refused(exc) from exc
     for r in records:
         console.print(
             f"retired {r.day}: {r.requests_rows} requests, {r.decisions_rows} decisions, "

@@ -7,6 +7,11 @@ this loop knows it only as `Sealing`, and reports through `SealObserver`
 (the composition root plugs in the Prometheus metrics). A failed seal (the
 database down, the anchor file unwritable) is counted and retried at the
 next tick; nothing is lost, since the next seal starts from the stored cursor.
+
+A seal *refused* (the anchor, its witness or the chain tables do not match the
+signed heads: signing would launder a tamper) is not an outage: it is counted
+apart, logged with its reason, and makes the service unready (`status`) until
+a seal succeeds again — which it will not do by itself while the tamper stands.
 """
 
 from __future__ import annotations
@@ -53,27 +58,58 @@ class SealObserver(Protocol):
         """A seal failed."""
         ...
 
+    def refused(self) -> None:
+        """A seal was refused: what it would sign does not extend the signed chain."""
+        ...
+
 
 class SealerLoop:
-    """Calls `sealing.seal()` every `interval_s` on a daemon thread until stopped."""
+    """Calls `sealing.seal()` every `interval_s` on a daemon thread until stopped.
 
-    def __init__(self, sealing: Sealing, observer: SealObserver, interval_s: float) -> None:
+    Args:
+        sealing: one seal.
+        observer: where results go.
+        interval_s: seconds between seals.
+        refusals: the exception types that mean "refused" (storage's ``SealRefused``;
+            this loop does not import storage).
+    """
+
+    def __init__(
+        self,
+        sealing: Sealing,
+        observer: SealObserver,
+        interval_s: float,
+        refusals: tuple[type[BaseException], ...] = (),
+    ) -> None:
         if interval_s <= 0:
             raise ValueError(f"`interval_s` must be > 0, got {interval_s}")
         self._sealing = sealing
         self._observer = observer
         self._interval_s = interval_s
+        self._refusals = refusals
+        self._refusal: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def status(self) -> tuple[bool, str]:
+        """Readiness: (False, why) while the last seal was refused; never blocks."""
+        refusal = self._refusal
+        return (refusal is None, refusal or "sealing")
 
     def tick(self) -> None:
         """One seal, reported; never raises (the loop must outlive a bad seal)."""
         try:
             outcome = self._sealing.seal()
+        except self._refusals as exc:
+            log.error("sealing the decision chain refused: %s", exc)
+            self._refusal = f"sealing refused: {exc}"
+            self._observer.refused()
+            return
         except Exception:
             log.exception("sealing the decision chain failed")
             self._observer.failed()
             return
+        self._refusal = None
         self._observer.sealed(outcome.rows, outcome.oldest_unsealed_s or 0.0)
 
     def start(self) -> None:
@@ -108,3 +144,7 @@ class SealMetrics:
     def failed(self) -> None:
         """Count the failure."""
         self._metrics.chain_seal_errors.inc()
+
+    def refused(self) -> None:
+        """Count the refusal."""
+        self._metrics.chain_seal_refusals.inc()

@@ -1,20 +1,24 @@
-"""The canonical encoding of a decision row, its hash, and block heads.
+"""The canonical encoding of a chained row (a decision, an outcome, a request), its hash, heads.
 
-A row is encoded as PostgreSQL's binary COPY tuple of `CHAIN_COLUMNS`, in
-that order: a big-endian int16 field count (19), then per field a big-endian
-int32 length (-1 for NULL, no bytes follow) and the type's binary send form —
-text as UTF-8, int4/int8 big-endian, float8 IEEE-754 big-endian, bool one
-byte, bytea raw, timestamptz int64 microseconds since 2000-01-01 UTC, jsonb a
-version byte (1) and its normalised text. It is the server's own, documented
-wire format (``COPY ... TO STDOUT (FORMAT BINARY)``), so the sealer and the
-verifier hash exactly the stored values without decoding them, and an edit of
-any column — a probability's last bit included — changes the hash.
+A row is encoded as PostgreSQL's binary COPY tuple of its chain's fields
+(`ChainSpec.fields`), in that order: a big-endian int16 field count, then per
+field a big-endian int32 length (-1 for NULL, no bytes follow) and the type's
+binary send form — text as UTF-8, int4/int8 big-endian, float8 IEEE-754
+big-endian, bool one byte, bytea raw, timestamptz int64 microseconds since
+2000-01-01 UTC, jsonb a version byte (1) and its normalised text. It is the
+server's own, documented wire format (``COPY ... TO STDOUT (FORMAT BINARY)``),
+so the sealer and the verifier hash exactly the stored values without decoding
+them, and an edit of any covered column — a probability's last bit included —
+changes the hash.
 
-    row_hash   = sha256("understudy.decision.v1\\0" || tuple)
-    genesis(d) = sha256("understudy.genesis.v1\\0"  || d.isoformat())
+    row_hash   = sha256(<chain's row domain> || tuple)
+    genesis(d) = sha256("understudy.genesis.v1\\0" || <chain prefix> || d.isoformat())
     head_n     = sha256("understudy.block.v1\\0" || d.isoformat() || int32 n
                         || int64 first_position || head_{n-1} || row_hash...)
 
+The decisions chain has the empty prefix (its heads are those of before the
+other chains existed); outcomes and requests have ``outcomes:`` and
+``requests:``, so a block of one chain never passes for a block of another.
 The day, block number and first position are inside each head, so a block
 cannot be relabelled or moved; ``head_{-1}`` is the day's genesis.
 """
@@ -27,53 +31,176 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
 
-CHAIN_COLUMNS: tuple[str, ...] = (
-    "request_id",
-    "request_time",
-    "policy_name",
-    "policy_version",
-    "status",
-    "chosen_option",
-    "chosen_probability",
-    "production_probability",
-    "defer_probability",
-    "scores_f32",
-    "probabilities_f64",
-    "predicted",
-    "raw_favourite_infeasible",
-    "agrees_with_production",
-    "latency_us",
-    "error",
-    "scored_at",
-    "chain_xid",
-    "chain_seq",
+
+@dataclass(frozen=True)
+class ChainField:
+    """One hashed field: its name, the SQL expression read, its binary send function."""
+
+    name: str
+    send: str
+    expr: str = ""
+    """SQL over the row; empty: the column `name` itself."""
+
+    @property
+    def sql(self) -> str:
+        """The expression to select."""
+        return self.expr or self.name
+
+
+@dataclass(frozen=True)
+class ChainSpec:
+    """One chained table: what is hashed, where its blocks live, how a row is named.
+
+    The last two fields are always ``chain_xid`` and ``chain_seq`` (the order key).
+    """
+
+    name: str
+    """The chain's name: its table, its ``decision_chain_state`` row, its anchor tag."""
+    blocks_table: str
+    fields: tuple[ChainField, ...]
+    row_domain: bytes
+    genesis_prefix: str
+    covers: frozenset[str]
+    """The table's columns the hash covers (verify reports any other column)."""
+    policy_fields: tuple[int, int] | None = None
+    """Indexes of the policy name and version fields (decisions only)."""
+
+    @property
+    def table(self) -> str:
+        """The chained table."""
+        return self.name
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The field names, in encoding order."""
+        return tuple(f.name for f in self.fields)
+
+
+def _fields(pairs: Sequence[tuple[str, str]]) -> tuple[ChainField, ...]:
+    tail = [("chain_xid", "int8send"), ("chain_seq", "int8send")]
+    return tuple(ChainField(n, s) for n, s in [*pairs, *tail])
+
+
+_DECISION_FIELDS = _fields(
+    [
+        ("request_id", "textsend"),
+        ("request_time", "timestamptz_send"),
+        ("policy_name", "textsend"),
+        ("policy_version", "textsend"),
+        ("status", "textsend"),
+        ("chosen_option", "int4send"),
+        ("chosen_probability", "float8send"),
+        ("production_probability", "float8send"),
+        ("defer_probability", "float8send"),
+        ("scores_f32", "byteasend"),
+        ("probabilities_f64", "byteasend"),
+        ("predicted", "jsonb_send"),
+        ("raw_favourite_infeasible", "boolsend"),
+        ("agrees_with_production", "boolsend"),
+        ("latency_us", "int8send"),
+        ("error", "textsend"),
+        ("scored_at", "timestamptz_send"),
+    ]
 )
+
+DECISIONS = ChainSpec(
+    name="decisions",
+    blocks_table="decision_chain_blocks",
+    fields=_DECISION_FIELDS,
+    row_domain=b"understudy.decision.v1\x00",
+    genesis_prefix="",
+    covers=frozenset(f.name for f in _DECISION_FIELDS),
+    policy_fields=(2, 3),
+)
+
+_OUTCOME_FIELDS = _fields(
+    [
+        ("request_id", "textsend"),
+        ("request_time", "timestamptz_send"),
+        ("observed_at", "timestamptz_send"),
+        ("received_at", "timestamptz_send"),
+        ("queue_delay_s", "float8send"),
+        ("throughput", "float8send"),
+        ("completion_time_s", "float8send"),
+        ("slo_met", "boolsend"),
+        ("failure", "textsend"),
+        ("production_option", "int4send"),
+        ("production_propensity", "float8send"),
+        ("journal_seq", "int8send"),
+        ("join_state", "textsend"),
+        ("joined_at", "timestamptz_send"),
+    ]
+)
+
+OUTCOMES = ChainSpec(
+    name="outcomes",
+    blocks_table="outcome_chain_blocks",
+    fields=_OUTCOME_FIELDS,
+    row_domain=b"understudy.outcome.v1\x00",
+    genesis_prefix="outcomes:",
+    covers=frozenset(f.name for f in _OUTCOME_FIELDS),
+)
+
+_REQUEST_FIELDS = (
+    *_fields(
+        [
+            ("request_id", "textsend"),
+            ("request_time", "timestamptz_send"),
+            ("received_at", "timestamptz_send"),
+            ("journal_seq", "int8send"),
+            ("schema_version", "int4send"),
+            ("workload_id", "textsend"),
+            ("workload_kind", "textsend"),
+            ("tenant", "textsend"),
+            ("model_family", "textsend"),
+            ("accelerators_requested", "int4send"),
+            ("priority", "int4send"),
+            ("n_options", "int4send"),
+            ("n_nodes", "int4send"),
+            ("snapshot_hash", "byteasend"),
+            ("state_offset", "int4send"),
+            ("payload_zstd", "byteasend"),
+            ("feature_version", "textsend"),
+            ("feature_hash", "textsend"),
+        ]
+    )[:-2],
+    # Production's decision as Runtime mirrored it never changes after the insert; one
+    # filled later from the outcome does (source 'outcome', or a propensity the mirror
+    # lacked), so it is held to the chained outcome by `verify` instead (chain_verify).
+    ChainField(
+        "mirrored_production", "boolsend", "(production_source IS NOT DISTINCT FROM 'mirror')"
+    ),
+    ChainField(
+        "mirrored_option",
+        "int4send",
+        "(CASE WHEN production_source = 'mirror' THEN production_option END)",
+    ),
+    ChainField("chain_xid", "int8send"),
+    ChainField("chain_seq", "int8send"),
+)
+
+REQUESTS = ChainSpec(
+    name="requests",
+    blocks_table="request_chain_blocks",
+    fields=_REQUEST_FIELDS,
+    row_domain=b"understudy.request.v1\x00",
+    genesis_prefix="requests:",
+    covers=frozenset(
+        {f.name for f in _REQUEST_FIELDS if not f.expr}
+        | {"production_option", "production_propensity", "production_source"}
+    ),
+)
+
+CHAINS: tuple[ChainSpec, ...] = (REQUESTS, DECISIONS, OUTCOMES)
+"""Every chain, in the order a seal and `verify` read them: the order in which
+``understudy_ensure_partitions`` locks their tables, so a seal or a verification
+and a partition being created never wait for each other in a cycle (deadlock)."""
+BY_NAME = {c.name: c for c in CHAINS}
+
+CHAIN_COLUMNS: tuple[str, ...] = DECISIONS.columns
 """Every column of ``decisions``, in encoding order (verify checks none is missing)."""
 
-_SEND = {
-    "request_id": "textsend",
-    "request_time": "timestamptz_send",
-    "policy_name": "textsend",
-    "policy_version": "textsend",
-    "status": "textsend",
-    "chosen_option": "int4send",
-    "chosen_probability": "float8send",
-    "production_probability": "float8send",
-    "defer_probability": "float8send",
-    "scores_f32": "byteasend",
-    "probabilities_f64": "byteasend",
-    "predicted": "jsonb_send",
-    "raw_favourite_infeasible": "boolsend",
-    "agrees_with_production": "boolsend",
-    "latency_us": "int8send",
-    "error": "textsend",
-    "scored_at": "timestamptz_send",
-    "chain_xid": "int8send",
-    "chain_seq": "int8send",
-}
-"""Each column's binary send function: the bytes binary COPY carries for it."""
-
-ROW_DOMAIN = b"understudy.decision.v1\x00"
+ROW_DOMAIN = DECISIONS.row_domain
 BLOCK_DOMAIN = b"understudy.block.v1\x00"
 GENESIS_DOMAIN = b"understudy.genesis.v1\x00"
 HASH_BYTES = 32
@@ -84,13 +211,12 @@ _US_PER_DAY = 86_400_000_000
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
-_N = len(CHAIN_COLUMNS)
-_I_REQUEST_ID, _I_TIME, _I_POLICY, _I_VERSION = 0, 1, 2, 3
+_I_REQUEST_ID, _I_TIME = 0, 1
 
 
 @dataclass(frozen=True, slots=True)
 class ChainRow:
-    """One decision as the chain sees it: its hash, its day and order key, who it is."""
+    """One chained row as the chain sees it: its hash, its day and order key, who it is."""
 
     row_hash: bytes
     day: date
@@ -98,12 +224,14 @@ class ChainRow:
     chain_seq: int
     request_id: str
     policy: str
-    """``name@version``."""
+    """``name@version`` for a decision; empty for an outcome or a request."""
 
 
-def genesis(day: date) -> bytes:
-    """The head before a day's first block."""
-    return hashlib.sha256(GENESIS_DOMAIN + day.isoformat().encode()).digest()
+def genesis(day: date, spec: ChainSpec = DECISIONS) -> bytes:
+    """The head before a day's first block of `spec`'s chain."""
+    return hashlib.sha256(
+        GENESIS_DOMAIN + (spec.genesis_prefix + day.isoformat()).encode()
+    ).digest()
 
 
 def block_head(
@@ -120,57 +248,68 @@ def block_head(
     return h.digest()
 
 
-def _field_sql(column: str) -> str:
-    send = f"{_SEND[column]}({column})"
+def _field_sql(f: ChainField) -> str:
+    send = f"{f.send}({f.sql})"
     return (
-        f"CASE WHEN {column} IS NULL THEN '\\xffffffff'::bytea "
+        f"CASE WHEN {f.sql} IS NULL THEN '\\xffffffff'::bytea "
         f"ELSE int4send(octet_length({send})) || {send} END"
     )
 
 
-ROW_HASH_SQL = (
-    f"sha256('\\x{ROW_DOMAIN.hex()}{len(CHAIN_COLUMNS):04x}'::bytea || "
-    + " || ".join(_field_sql(c) for c in CHAIN_COLUMNS)
-    + ")"
-)
-"""The row hash computed by PostgreSQL from the same encoding (the sealer's fast path).
+def row_hash_sql(spec: ChainSpec) -> str:
+    """The row hash computed by PostgreSQL from the same encoding (the sealer's fast path).
 
-The sealer lets the server hash (no row leaves it); the verifier hashes the
-binary COPY bytes itself, so the two implementations check each other: a
-difference between them fails verification of every row.
-"""
+    The sealer lets the server hash (no row leaves it); the verifier hashes the
+    binary COPY bytes itself, so the two implementations check each other: a
+    difference between them fails verification of every row.
+    """
+    return (
+        f"sha256('\\x{spec.row_domain.hex()}{len(spec.fields):04x}'::bytea || "
+        + " || ".join(_field_sql(f) for f in spec.fields)
+        + ")"
+    )
 
 
-def copy_sql(where: str, limit: int | None = None) -> str:
-    """``COPY (SELECT <chain columns> ... WHERE <where> ORDER BY chain order) TO STDOUT``."""
-    cols = ", ".join(CHAIN_COLUMNS)
+ROW_HASH_SQL = row_hash_sql(DECISIONS)
+"""`row_hash_sql` of the decisions chain."""
+
+
+def copy_sql(where: str, limit: int | None = None, spec: ChainSpec = DECISIONS) -> str:
+    """``COPY (SELECT <chain fields> ... WHERE <where> ORDER BY chain order) TO STDOUT``."""
+    cols = ", ".join(f.sql for f in spec.fields)
     tail = " ORDER BY chain_xid, chain_seq" + (f" LIMIT {int(limit)}" if limit else "")
-    return f"COPY (SELECT {cols} FROM decisions WHERE {where}{tail}) TO STDOUT (FORMAT BINARY)"
+    return f"COPY (SELECT {cols} FROM {spec.table} WHERE {where}{tail}) TO STDOUT (FORMAT BINARY)"
 
 
-def _decode(tup: bytes | bytearray, spans: Sequence[tuple[int, int]]) -> ChainRow:
+def _decode(tup: bytes | bytearray, spans: Sequence[tuple[int, int]], spec: ChainSpec) -> ChainRow:
     def text_at(i: int) -> str:
         start, n = spans[i]
         return bytes(tup[start : start + n]).decode() if n >= 0 else ""
 
     t_start, _ = spans[_I_TIME]
     us = _INT64.unpack_from(tup, t_start)[0]
-    xid_start, _ = spans[_N - 2]
-    seq_start, _ = spans[_N - 1]
+    xid_start, _ = spans[-2]
+    seq_start, _ = spans[-1]
+    policy = ""
+    if spec.policy_fields is not None:
+        name, version = spec.policy_fields
+        policy = f"{text_at(name)}@{text_at(version)}"
     return ChainRow(
-        row_hash=hashlib.sha256(ROW_DOMAIN + tup).digest(),
+        row_hash=hashlib.sha256(spec.row_domain + tup).digest(),
         day=_PG_EPOCH + timedelta(days=us // _US_PER_DAY),
         chain_xid=_INT64.unpack_from(tup, xid_start)[0],
         chain_seq=_INT64.unpack_from(tup, seq_start)[0],
         request_id=text_at(_I_REQUEST_ID),
-        policy=f"{text_at(_I_POLICY)}@{text_at(_I_VERSION)}",
+        policy=policy,
     )
 
 
 class CopyDecoder:
-    """Splits a binary COPY stream of `CHAIN_COLUMNS` into `ChainRow`s, chunk by chunk."""
+    """Splits a binary COPY stream of a chain's fields into `ChainRow`s, chunk by chunk."""
 
-    def __init__(self) -> None:
+    def __init__(self, spec: ChainSpec = DECISIONS) -> None:
+        self._spec = spec
+        self._n = len(spec.fields)
         self._buf = bytearray()
         self._header_done = False
         self.finished = False
@@ -179,6 +318,7 @@ class CopyDecoder:
         """Rows completed by `chunk` (a chunk may end mid-row; the rest is kept)."""
         self._buf += chunk
         buf = self._buf
+        n_fields = self._n
         pos = 0
         if not self._header_done:
             if len(buf) < 19:
@@ -194,12 +334,12 @@ class CopyDecoder:
                     self.finished = True
                     pos += 2
                     break
-                if count != _N:
-                    raise ValueError(f"expected {_N} fields per row, got {count}")
+                if count != n_fields:
+                    raise ValueError(f"expected {n_fields} fields per row, got {count}")
                 cursor = pos + 2
                 spans: list[tuple[int, int]] = []
                 complete = True
-                for _ in range(_N):
+                for _ in range(n_fields):
                     if len(buf) - cursor < 4:
                         complete = False
                         break
@@ -210,7 +350,7 @@ class CopyDecoder:
                         cursor += n
                 if not complete or cursor > len(buf):
                     break
-                yield _decode(buf[pos:cursor], spans)
+                yield _decode(buf[pos:cursor], spans, self._spec)
                 pos = cursor
         finally:
             del buf[:pos]

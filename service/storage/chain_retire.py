@@ -8,12 +8,14 @@ holding the seal lock:
    (``understudy_ensure_partitions``) and lock the day's three partitions
    (ACCESS EXCLUSIVE: every writer that touched them has finished, none can
    start);
-2. verify the day's sealed rows against the anchor (a day that does not
-   verify is not dropped: the evidence would go with it);
-3. seal the day's remaining rows (committed after the last seal);
+2. verify the day's sealed rows of each chain (decisions, outcomes,
+   requests) against the anchor (a day that does not verify is not dropped:
+   the evidence would go with it);
+3. seal the day's remaining rows of each chain (committed after the last seal);
 4. record the retirement (row counts of requests, decisions, outcomes; the
-   number of blocks and the final head), signed with the anchor key, delete
-   the day's blocks and drop the three partitions; commit;
+   number of decision blocks and their final head), signed with the anchor
+   key, delete the day's blocks of every chain and drop the three partitions;
+   commit;
 
 then anchor the new blocks and the retirement record (still holding the seal
 lock, so `verify` never sees the record before its anchor line). Nothing else in
@@ -31,7 +33,7 @@ from sqlalchemy import Connection, Engine, exc, text
 
 from service.contract.errors import Conflict
 from service.storage.chain_anchor import AnchoredBlock, Retirement, read_anchor, sign
-from service.storage.chain_codec import genesis
+from service.storage.chain_codec import CHAINS, genesis
 from service.storage.chain_seal import ChainSealer, chain_rows, seal_lock, state_of, stream_rows
 from service.storage.chain_verify import day_bounds, verify_day
 from service.storage.engine import unavailable_on_failure
@@ -71,12 +73,13 @@ def days_to_retire(engine: Engine, before: date) -> list[date]:
                     {"lo": lo},
                 ).scalars()
             )
-        days |= set(
-            conn.execute(
-                text("SELECT DISTINCT day FROM decision_chain_blocks WHERE day < :b"),
-                {"b": before},
-            ).scalars()
-        )
+        for spec in CHAINS:
+            days |= set(
+                conn.execute(
+                    text(f"SELECT DISTINCT day FROM {spec.blocks_table} WHERE day < :b"),
+                    {"b": before},
+                ).scalars()
+            )
         retired = set(conn.execute(text("SELECT day FROM decision_chain_retirements")).scalars())
     return sorted(days - retired)
 
@@ -111,6 +114,7 @@ def retire(
                 try:
                     with seal_lock(engine, wait=True) as conn:
                         assert conn is not None  # waited for it
+                        sealer.anchor.check()
                         record, blocks = _retire_day(sealer, conn, day)
                         sealer.anchor.append_seal(0, blocks)
                         sealer.anchor.append_retirement(record)
@@ -135,21 +139,24 @@ def _retire_day(
     with conn.begin():
         conn.execute(text("SELECT understudy_ensure_partitions(:d, :d)"), {"d": day})
         conn.execute(text(f"LOCK TABLE {', '.join(parts.values())} IN ACCESS EXCLUSIVE MODE"))
-        problems = verify_day(
-            conn, read_anchor(sealer.anchor.path, sealer.anchor.key), sealer.anchor.key, day
-        )
-        if problems:
-            raise Conflict(f"day {day} does not verify, not retired: {problems[0]}")
-        cx, cs, _ = state_of(conn, lock=True)
         lo, hi = day_bounds(day)
-        tail = list(
-            stream_rows(
-                conn,
-                "request_time >= %s AND request_time < %s AND (chain_xid, chain_seq) > (%s, %s)",
-                (lo, hi, cx, cs),
+        anchors = read_anchor(sealer.anchor.path, sealer.anchor.key)
+        blocks: list[AnchoredBlock] = []
+        for spec in CHAINS:
+            problems = verify_day(conn, anchors, sealer.anchor.key, day, spec)
+            if problems:
+                raise Conflict(f"day {day} does not verify, not retired: {problems[0]}")
+            cx, cs, _ = state_of(conn, lock=True, name=spec.name)
+            tail = list(
+                stream_rows(
+                    conn,
+                    "request_time >= %s AND request_time < %s "
+                    "AND (chain_xid, chain_seq) > (%s, %s)",
+                    (lo, hi, cx, cs),
+                    spec=spec,
+                )
             )
-        )
-        blocks = chain_rows(conn, tail, sealer.block_rows, cx)
+            blocks += chain_rows(conn, tail, sealer.block_rows, cx, spec, sealer.anchor)
         last = conn.execute(
             text(
                 "SELECT count(*), max(block), (array_agg(head ORDER BY block DESC))[1] "
@@ -183,6 +190,7 @@ def _retire_day(
                 "sig": sign(sealer.anchor.key, record.as_json()),
             },
         )
-        conn.execute(text("DELETE FROM decision_chain_blocks WHERE day = :d"), {"d": day})
+        for spec in CHAINS:
+            conn.execute(text(f"DELETE FROM {spec.blocks_table} WHERE day = :d"), {"d": day})
         conn.execute(text(f"DROP TABLE {', '.join(parts.values())}"))
     return record, blocks

@@ -1,4 +1,4 @@
-"""Sealing: hash new decisions into their day's chain, then anchor the new heads.
+"""Sealing: hash new decisions, outcomes and requests into their day's chains, then anchor.
 
 One seal, in one transaction, holding a session-level advisory lock from
 before it until its anchor line is written (so replicas and ``understudy log
@@ -21,9 +21,18 @@ was visible to an earlier seal (its id was below that seal's ``wm``). Rows
 keep their ``chain_xid`` when the partition keeper moves them out of the
 DEFAULT partition, and the chain is per UTC day, not per physical table.
 
-A crash between the commit (3) and the anchor (4) leaves blocks the anchor
-lacks; the next seal anchors them first (`catch_up`), as it does retirement
-records whose signature checks.
+The same is done, in the same transaction and anchor line, for each chain of
+``chain_codec.CHAINS`` (``outcomes`` and ``requests`` as ``decisions``), each
+with its own cursor (its ``decision_chain_state`` row) and blocks table.
+
+Nothing is signed that does not extend the signed chain: before a seal, the
+anchor and its witness must agree and hold everything this process saw
+(`Anchor.check`); the tail block each day's chain is extended from must be the
+last block the anchor signed, with the same head. A crash between the commit
+(3) and the anchor (4) leaves blocks the anchor lacks; the next seal anchors
+them first (`catch_up`) — only after recomputing each one from the rows and
+linking it to the last signed head. Anything else raises `SealRefused`, and
+nothing is signed: signing would launder the tamper.
 """
 
 from __future__ import annotations
@@ -34,20 +43,24 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import UTC, date, datetime, timedelta
+from datetime import time as dtime
 from typing import Any
 
 import psycopg
 from sqlalchemy import Connection, Engine, text
 
-from service.storage.chain_anchor import Anchor, AnchoredBlock, Retirement, sign
+from service.storage.chain_anchor import Anchor, AnchoredBlock, Retirement, SealRefused, sign
 from service.storage.chain_codec import (
-    ROW_HASH_SQL,
+    CHAINS,
+    DECISIONS,
     ChainRow,
+    ChainSpec,
     CopyDecoder,
     block_head,
     copy_sql,
     genesis,
+    row_hash_sql,
 )
 from service.storage.engine import unavailable_on_failure
 
@@ -59,13 +72,15 @@ STATE = "decisions"
 
 @dataclass(frozen=True)
 class SealReport:
-    """What one seal did."""
+    """What one seal did (`rows` and `blocks`: of the decisions chain)."""
 
     rows: int = 0
     blocks: int = 0
+    chained: tuple[tuple[str, int], ...] = ()
+    """Rows chained per chain, e.g. ``(("decisions", 9), ("outcomes", 3), ("requests", 3))``."""
     watermark: int = 0
     skipped_retired: int = 0
-    """Rows of an already retired day (not chained; `verify` reports them)."""
+    """Decisions of an already retired day (not chained; `verify` reports them)."""
     locked_out: bool = False
     """Another sealer held the lock; nothing was done."""
     caught_up: bool = True
@@ -91,32 +106,41 @@ def raw_cursor(conn: Connection) -> psycopg.Cursor[Any]:
 
 
 def stream_rows(
-    conn: Connection, where: str, params: Sequence[object], limit: int | None = None
+    conn: Connection,
+    where: str,
+    params: Sequence[object],
+    limit: int | None = None,
+    spec: ChainSpec = DECISIONS,
 ) -> Iterable[ChainRow]:
-    """Decisions matching `where` (``%s`` parameters), in chain order, hashed.
+    """Rows of `spec`'s table matching `where` (``%s`` parameters), in chain order, hashed.
 
     Consume it to the end: the COPY holds the connection until then.
     """
     cur = raw_cursor(conn)
-    decoder = CopyDecoder()
-    with cur.copy(copy_sql(where, limit), params) as copy:
+    decoder = CopyDecoder(spec)
+    with cur.copy(copy_sql(where, limit, spec), params) as copy:
         for chunk in copy:
             yield from decoder.feed(chunk)
     if not decoder.finished:
-        raise ValueError("binary COPY of decisions ended without its trailer")
+        raise ValueError(f"binary COPY of {spec.table} ended without its trailer")
 
 
 def hashed_rows(
-    conn: Connection, where: str, params: dict[str, object], limit: int | None = None
+    conn: Connection,
+    where: str,
+    params: dict[str, object],
+    limit: int | None = None,
+    spec: ChainSpec = DECISIONS,
 ) -> list[ChainRow]:
-    """Decisions matching `where` (named parameters), in chain order, hashed by the server.
+    """Rows of `spec`'s table matching `where` (named parameters), in chain order, hashed.
 
     The sealer's path: only the hash and the order key leave PostgreSQL
-    (`ROW_HASH_SQL`); `stream_rows` (the verifier's path) hashes the rows itself.
+    (`row_hash_sql`); `stream_rows` (the verifier's path) hashes the rows itself.
     """
+    policy = "policy_name || '@' || policy_version" if spec.policy_fields else "''"
     sql = (
         "SELECT (request_time AT TIME ZONE 'UTC')::date, chain_xid, chain_seq, request_id, "
-        f"policy_name || '@' || policy_version, {ROW_HASH_SQL} FROM decisions WHERE {where} "
+        f"{policy}, {row_hash_sql(spec)} FROM {spec.table} WHERE {where} "
         "ORDER BY chain_xid, chain_seq" + (f" LIMIT {int(limit)}" if limit else "")
     )
     return [
@@ -125,25 +149,25 @@ def hashed_rows(
     ]
 
 
-def state_of(conn: Connection, *, lock: bool = False) -> tuple[int, int, int]:
-    """The global cursor ``(chain_xid, chain_seq)`` sealed up to, and rows sealed."""
+def state_of(conn: Connection, *, lock: bool = False, name: str = STATE) -> tuple[int, int, int]:
+    """Chain `name`'s cursor ``(chain_xid, chain_seq)`` sealed up to, and rows sealed."""
     row = conn.execute(
         text(
             "SELECT cursor_xid, cursor_seq, sealed_rows FROM decision_chain_state "
             "WHERE name = :n" + (" FOR UPDATE" if lock else "")
         ),
-        {"n": STATE},
+        {"n": name},
     ).first()
     if row is None:
         return -1, -1, 0
     return int(row[0]), int(row[1]), int(row[2])
 
 
-def _tails(conn: Connection, days: Iterable[date]) -> dict[date, _Tail]:
+def _tails(conn: Connection, days: Iterable[date], spec: ChainSpec) -> dict[date, _Tail]:
     rows = conn.execute(
         text(
             "SELECT DISTINCT ON (day) day, block, head, first_position + row_count "
-            "FROM decision_chain_blocks WHERE day = ANY(:days) ORDER BY day, block DESC"
+            f"FROM {spec.blocks_table} WHERE day = ANY(:days) ORDER BY day, block DESC"
         ),
         {"days": list(days)},
     )
@@ -156,17 +180,28 @@ def retired_days(conn: Connection) -> set[date]:
 
 
 def chain_rows(
-    conn: Connection, rows: Sequence[ChainRow], block_rows: int, watermark: int
+    conn: Connection,
+    rows: Sequence[ChainRow],
+    block_rows: int,
+    watermark: int,
+    spec: ChainSpec = DECISIONS,
+    anchor: Anchor | None = None,
 ) -> list[AnchoredBlock]:
-    """Append `rows` (chain order) to their days' chains in blocks; return the new blocks."""
+    """Append `rows` (chain order) to their days' chains in blocks; return the new blocks.
+
+    With `anchor`, each day's tail must be the last block it signed (`guard_tail`).
+    """
     by_day: dict[date, list[ChainRow]] = defaultdict(list)
     for row in rows:
         by_day[row.day].append(row)
-    tails = _tails(conn, by_day)
+    tails = _tails(conn, by_day, spec)
+    if anchor is not None:
+        for day in by_day:
+            guard_tail(anchor, spec, day, tails.get(day))
     made: list[AnchoredBlock] = []
     params: list[dict[str, Any]] = []
     for day, day_rows in sorted(by_day.items()):
-        tail = tails.get(day, _Tail(-1, genesis(day), 0))
+        tail = tails.get(day, _Tail(-1, genesis(day, spec), 0))
         for start in range(0, len(day_rows), block_rows):
             part = day_rows[start : start + block_rows]
             hashes = [r.row_hash for r in part]
@@ -188,12 +223,14 @@ def chain_rows(
                     "wm": watermark,
                 }
             )
-            made.append(AnchoredBlock(day, block, tail.next_position, len(part), head.hex(), -1))
+            made.append(
+                AnchoredBlock(day, block, tail.next_position, len(part), head.hex(), -1, spec.name)
+            )
             tail = _Tail(block, head, tail.next_position + len(part))
     if params:
         conn.execute(
             text(
-                "INSERT INTO decision_chain_blocks (day, block, first_position, row_count, "
+                f"INSERT INTO {spec.blocks_table} (day, block, first_position, row_count, "
                 "first_xid, first_seq, last_xid, last_seq, prev_head, head, row_hashes, "
                 "watermark) VALUES (:day, :block, :first, :n, :fx, :fs, :lx, :ls, :prev, "
                 ":head, :hashes, :wm)"
@@ -201,6 +238,44 @@ def chain_rows(
             params,
         )
     return made
+
+
+class _Unanchored(Exception):
+    """A day's tail is a block the anchor has not signed yet: catch up first."""
+
+
+def guard_tail(anchor: Anchor, spec: ChainSpec, day: date, tail: _Tail | None) -> None:
+    """Refuse to extend `day`'s chain unless its tail is the last block `anchor` signed.
+
+    Raises:
+        SealRefused: the tail differs from the signed one (the blocks table was
+            rewritten or cut), or the anchor signed blocks the table lacks.
+        _Unanchored: the tail is beyond what the anchor signed (a crash after a
+            seal's commit): `catch_up` verifies and anchors it first.
+    """
+    signed = anchor.contents.heads().get((spec.name, day))
+    if tail is None and signed is None:
+        return
+    if tail is not None and (signed is None or tail.block > signed.block):
+        raise _Unanchored(f"{spec.blocks_table} day {day} block {tail.block}")
+    where = f"{spec.blocks_table} day {day}"
+    if tail is None:
+        assert signed is not None
+        raise SealRefused(
+            f"refusing to seal: {where} has no blocks, but the anchor signed block "
+            f"{signed.block} (line {signed.line}): the chain's blocks were deleted"
+        )
+    assert signed is not None
+    if (tail.block, tail.head.hex(), tail.next_position) != (
+        signed.block,
+        signed.head,
+        signed.first_position + signed.row_count,
+    ):
+        raise SealRefused(
+            f"refusing to seal: {where} ends with block {tail.block}, head "
+            f"{tail.head.hex()[:16]}, but the anchor signed block {signed.block} with head "
+            f"{signed.head[:16]} (line {signed.line}) last: the chain table was rewritten"
+        )
 
 
 @contextmanager
@@ -250,18 +325,26 @@ class ChainSealer:
         self._needs_catch_up = True
 
     def seal(self) -> SealReport:
-        """Seal what is below the watermark (at most `max_rows`) and anchor it.
+        """Seal what is below the watermark (at most `max_rows` a chain) and anchor it.
 
         Raises:
+            SealRefused: the anchor, its witness or the chain tables do not match
+                the signed heads (module docstring); nothing was signed.
             Unavailable: the database cannot be reached.
         """
         with unavailable_on_failure("sealing the decision chain"), seal_lock(self._engine) as conn:
             if conn is None:
                 return SealReport(locked_out=True)
+            self.anchor.check()
             if self._needs_catch_up:
                 self.catch_up(conn)
-            with conn.begin():
-                report = self._seal(conn)
+            try:
+                with conn.begin():
+                    report = self._seal(conn)
+            except _Unanchored:  # another sealer crashed after its commit
+                self.catch_up(conn)
+                with conn.begin():
+                    report = self._seal(conn)
             try:
                 self.anchor.append_seal(report.watermark, report.new_blocks)
             except OSError:
@@ -272,15 +355,19 @@ class ChainSealer:
     def seal_all(self) -> SealReport:
         """Seal until caught up with the watermark (for the CLI and retirement)."""
         total_rows = total_blocks = skipped = 0
+        chained: dict[str, int] = defaultdict(int)
         while True:
             report = self.seal()
             total_rows += report.rows
             total_blocks += report.blocks
             skipped += report.skipped_retired
+            for name, n in report.chained:
+                chained[name] += n
             if report.caught_up and not report.locked_out:
                 return SealReport(
                     rows=total_rows,
                     blocks=total_blocks,
+                    chained=tuple(chained.items()),
                     watermark=report.watermark,
                     skipped_retired=skipped,
                     oldest_unsealed_s=report.oldest_unsealed_s,
@@ -289,48 +376,66 @@ class ChainSealer:
                 time.sleep(0.05)
 
     def _seal(self, conn: Connection) -> SealReport:
-        cx, cs, sealed = state_of(conn, lock=True)
         wm = int(
             conn.execute(
                 text("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
             ).scalar_one()
         )
         retired = retired_days(conn)
-        fetched = hashed_rows(
-            conn,
-            "(chain_xid, chain_seq) > (:x, :s) AND chain_xid < :wm",
-            {"x": cx, "s": cs, "wm": wm},
-            self._max_rows,
-        )
-        caught_up = len(fetched) < self._max_rows
-        if fetched:
-            cx, cs = fetched[-1].chain_xid, fetched[-1].chain_seq
-        rows = [r for r in fetched if r.day not in retired]
-        for row in fetched:
-            if row.day in retired:
-                log.error("decision %s of retired day %s not chained", row.request_id, row.day)
-        blocks = chain_rows(conn, rows, self.block_rows, wm)
-        conn.execute(
-            text(
-                "INSERT INTO decision_chain_state (name, watermark, cursor_xid, cursor_seq, "
-                "sealed_rows, sealed_at) VALUES (:n, :wm, :cx, :cs, :rows, now()) "
-                "ON CONFLICT (name) DO UPDATE SET watermark = EXCLUDED.watermark, "
-                "cursor_xid = EXCLUDED.cursor_xid, cursor_seq = EXCLUDED.cursor_seq, "
-                "sealed_rows = EXCLUDED.sealed_rows, sealed_at = EXCLUDED.sealed_at"
-            ),
-            {"n": STATE, "wm": wm, "cx": cx, "cs": cs, "rows": sealed + len(rows)},
-        )
+        caught_up = True
+        skipped = 0
+        blocks: list[AnchoredBlock] = []
+        chained: list[tuple[str, int]] = []
+        decisions = (0, 0)
+        for spec in CHAINS:
+            cx, cs, sealed = state_of(conn, lock=True, name=spec.name)
+            fetched = hashed_rows(
+                conn,
+                "(chain_xid, chain_seq) > (:x, :s) AND chain_xid < :wm",
+                {"x": cx, "s": cs, "wm": wm},
+                self._max_rows,
+                spec,
+            )
+            caught_up &= len(fetched) < self._max_rows
+            if fetched:
+                cx, cs = fetched[-1].chain_xid, fetched[-1].chain_seq
+            rows = [r for r in fetched if r.day not in retired]
+            for row in fetched:
+                if row.day in retired:
+                    log.error(
+                        "%s row %s of retired day %s not chained",
+                        spec.name,
+                        row.request_id,
+                        row.day,
+                    )
+            made = chain_rows(conn, rows, self.block_rows, wm, spec, self.anchor)
+            blocks += made
+            chained.append((spec.name, len(rows)))
+            if spec is DECISIONS:
+                skipped = len(fetched) - len(rows)
+                decisions = (len(rows), len(made))
+            conn.execute(
+                text(
+                    "INSERT INTO decision_chain_state (name, watermark, cursor_xid, cursor_seq, "
+                    "sealed_rows, sealed_at) VALUES (:n, :wm, :cx, :cs, :rows, now()) "
+                    "ON CONFLICT (name) DO UPDATE SET watermark = EXCLUDED.watermark, "
+                    "cursor_xid = EXCLUDED.cursor_xid, cursor_seq = EXCLUDED.cursor_seq, "
+                    "sealed_rows = EXCLUDED.sealed_rows, sealed_at = EXCLUDED.sealed_at"
+                ),
+                {"n": spec.name, "wm": wm, "cx": cx, "cs": cs, "rows": sealed + len(rows)},
+            )
+        dx, ds, _ = state_of(conn)
         oldest = conn.execute(
             text(
                 "SELECT extract(epoch FROM now() - min(scored_at)) FROM decisions "
                 "WHERE (chain_xid, chain_seq) > (:x, :s)"
             ),
-            {"x": cx, "s": cs},
+            {"x": dx, "s": ds},
         ).scalar()
-        skipped = len(fetched) - len(rows)
         return SealReport(
-            rows=len(rows),
-            blocks=len(blocks),
+            rows=decisions[0],
+            blocks=decisions[1],
+            chained=tuple(chained),
             watermark=wm,
             skipped_retired=skipped,
             caught_up=caught_up,
@@ -341,19 +446,46 @@ class ChainSealer:
     def catch_up(self, conn: Connection) -> int:
         """Anchor blocks and retirements the database has and the anchor file lacks.
 
-        Covers a crash between a seal's commit and its anchor line. Retirement
-        records are anchored only when their signature checks. Call it holding
-        the seal lock (`seal` does). Returns lines written.
+        Covers a crash between a seal's commit and its anchor line. A block is
+        anchored only after it is verified: its rows' hashes recomputed, its
+        head recomputed, linked to the last head the anchor signed for its day
+        (the day's genesis when none); a block the anchor signed must have the
+        signed head. Retirement records are anchored only when their signature
+        checks. Call it holding the seal lock (`seal` does). Returns lines written.
+
+        Raises:
+            SealRefused: a block does not verify (nothing is anchored).
         """
         written = 0
+        missing: list[AnchoredBlock] = []
+        watermark = 0
         with conn.begin():
-            anchored = self.anchor.anchored
-            rows = conn.execute(
-                text(
-                    "SELECT day, block, first_position, row_count, head, watermark "
-                    "FROM decision_chain_blocks ORDER BY day, block"
-                )
-            ).all()
+            for spec in CHAINS:
+                rows = conn.execute(
+                    text(
+                        "SELECT day, block, first_position, row_count, head, watermark "
+                        f"FROM {spec.blocks_table} ORDER BY day, block"
+                    )
+                ).all()
+                for r in rows:
+                    b = AnchoredBlock(
+                        r[0], int(r[1]), int(r[2]), int(r[3]), bytes(r[4]).hex(), -1, spec.name
+                    )
+                    signed = self.anchor.contents.blocks.get((spec.name, b.day, b.block))
+                    if signed is None:
+                        missing.append(b)
+                        watermark = max(watermark, int(r[5]))
+                    elif (signed.first_position, signed.row_count, signed.head) != (
+                        b.first_position,
+                        b.row_count,
+                        b.head,
+                    ):
+                        raise SealRefused(
+                            f"refusing to seal: {spec.blocks_table} day {b.day} block {b.block} "
+                            f"has head {b.head[:16]}, the anchor signed {signed.head[:16]} "
+                            f"(line {signed.line}): the chain table was rewritten"
+                        )
+                self._verify_unanchored(conn, spec, [b for b in missing if b.chain == spec.name])
             records = conn.execute(
                 text(
                     "SELECT day, requests_rows, decisions_rows, outcomes_rows, blocks, "
@@ -361,13 +493,8 @@ class ChainSealer:
                     "FROM decision_chain_retirements ORDER BY day"
                 )
             ).all()
-        missing = [
-            AnchoredBlock(r[0], int(r[1]), int(r[2]), int(r[3]), bytes(r[4]).hex(), -1)
-            for r in rows
-            if int(r[1]) > anchored.get(r[0], -1)
-        ]
         if missing:
-            self.anchor.append_seal(max(int(r[5]) for r in rows), missing)
+            self.anchor.append_seal(watermark, missing)
             written += 1
         for r in records:
             if r[0] in self.anchor.retired:
@@ -380,6 +507,59 @@ class ChainSealer:
             written += 1
         self._needs_catch_up = False
         return written
+
+    def _verify_unanchored(
+        self, conn: Connection, spec: ChainSpec, blocks: Sequence[AnchoredBlock]
+    ) -> None:
+        """Recompute `blocks` (not yet anchored) from their rows, linked to the signed heads."""
+        heads = self.anchor.contents.heads()
+        by_day: dict[date, list[AnchoredBlock]] = defaultdict(list)
+        for b in blocks:
+            by_day[b.day].append(b)
+        for day, day_blocks in by_day.items():
+            signed = heads.get((spec.name, day))
+            prev = bytes.fromhex(signed.head) if signed else genesis(day, spec)
+            block = signed.block if signed else -1
+            position = signed.first_position + signed.row_count if signed else 0
+            for b in sorted(day_blocks, key=lambda x: x.block):
+                where = (
+                    f"refusing to seal: unanchored {spec.blocks_table} day {day} block {b.block}"
+                )
+                db = conn.execute(
+                    text(
+                        "SELECT prev_head, row_hashes, first_xid, first_seq, last_xid, last_seq "
+                        f"FROM {spec.blocks_table} WHERE day = :d AND block = :b"
+                    ),
+                    {"d": day, "b": b.block},
+                ).one()
+                if (b.block, b.first_position, bytes(db[0])) != (block + 1, position, prev):
+                    raise SealRefused(
+                        f"{where} does not follow the last signed head {prev.hex()[:16]} "
+                        f"(block {block}, next position {position}): the chain was rewritten"
+                    )
+                lo, hi = day_range(day)
+                rows = hashed_rows(
+                    conn,
+                    "request_time >= :lo AND request_time < :hi "
+                    "AND (chain_xid, chain_seq) BETWEEN (:fx, :fs) AND (:lx, :ls)",
+                    {"lo": lo, "hi": hi, "fx": db[2], "fs": db[3], "lx": db[4], "ls": db[5]},
+                    None,
+                    spec,
+                )
+                hashes = [r.row_hash for r in rows]
+                head = block_head(day, b.block, position, prev, hashes)
+                if b"".join(hashes) != bytes(db[1]) or head.hex() != b.head:
+                    raise SealRefused(
+                        f"{where}: its rows hash to head {head.hex()[:16]}, the block says "
+                        f"{b.head[:16]}: a row or the block was edited"
+                    )
+                prev, block, position = head, b.block, position + b.row_count
+
+
+def day_range(day: date) -> tuple[datetime, datetime]:
+    """The UTC day as ``[start, end)`` timestamps (its partition's bounds)."""
+    lo = datetime.combine(day, dtime(0), tzinfo=UTC)
+    return lo, lo + timedelta(days=1)
 
 
 def retirement_from_row(r: Sequence[Any]) -> Retirement:

@@ -1,9 +1,9 @@
-"""The decision chain's tables as SQLAlchemy Core, mirroring migration 0005.
+"""The chains' tables as SQLAlchemy Core, mirroring migrations 0005 and 0007.
 
-The migration is the source of truth (with the append-only triggers); these
+The migrations are the source of truth (with the append-only triggers); these
 `Table`s live on the decision log's `metadata`, and the two chain columns are
-appended to `decisions`, so the schema comparison in ``tests/storage`` covers
-them once this module is imported.
+appended to `decisions`, `outcomes` and `requests`, so the schema comparison in
+``tests/storage`` covers them once this module is imported.
 """
 
 from __future__ import annotations
@@ -28,8 +28,12 @@ from service.storage import tables as t
 
 TS = DateTime(timezone=True)
 
-if "chain_xid" not in t.decisions.c:
-    t.decisions.append_column(
+
+def _chain_columns(table: Table, sequence: str, index: str) -> None:
+    """``chain_xid`` (the writing transaction) and ``chain_seq``, filled by defaults."""
+    if "chain_xid" in table.c:
+        return
+    table.append_column(
         Column(
             "chain_xid",
             BigInteger,
@@ -37,15 +41,17 @@ if "chain_xid" not in t.decisions.c:
             server_default=text("(pg_current_xact_id())::text::bigint"),
         )
     )
-    t.decisions.append_column(
+    table.append_column(
         Column(
-            "chain_seq",
-            BigInteger,
-            nullable=False,
-            server_default=text("nextval('decisions_chain_seq')"),
+            "chain_seq", BigInteger, nullable=False, server_default=text(f"nextval('{sequence}')")
         )
     )
-    Index("decisions_chain", t.decisions.c.chain_xid, t.decisions.c.chain_seq)
+    Index(index, table.c.chain_xid, table.c.chain_seq)
+
+
+_chain_columns(t.decisions, "decisions_chain_seq", "decisions_chain")
+_chain_columns(t.outcomes, "outcomes_chain_seq", "outcomes_chain")
+_chain_columns(t.requests, "requests_chain_seq", "requests_chain")
 
 chain_state = Table(
     "decision_chain_state",
@@ -59,33 +65,41 @@ chain_state = Table(
     PrimaryKeyConstraint("name", name="decision_chain_state_pkey"),
 )
 
-chain_blocks = Table(
-    "decision_chain_blocks",
-    t.metadata,
-    Column("day", Date, nullable=False),
-    Column("block", Integer, nullable=False),
-    Column("first_position", BigInteger, nullable=False),
-    Column("row_count", Integer, nullable=False),
-    Column("first_xid", BigInteger, nullable=False),
-    Column("first_seq", BigInteger, nullable=False),
-    Column("last_xid", BigInteger, nullable=False),
-    Column("last_seq", BigInteger, nullable=False),
-    Column("prev_head", LargeBinary, nullable=False),
-    Column("head", LargeBinary, nullable=False),
-    Column("row_hashes", LargeBinary, nullable=False),
-    Column("watermark", BigInteger, nullable=False),
-    Column("sealed_at", TS, nullable=False, server_default=func.now()),
-    PrimaryKeyConstraint("day", "block", name="decision_chain_blocks_pkey"),
-    CheckConstraint("block >= 0", name="decision_chain_blocks_block"),
-    CheckConstraint(
-        "row_count >= 1 AND octet_length(row_hashes) = 32 * row_count",
-        name="decision_chain_blocks_rows",
-    ),
-    CheckConstraint(
-        "octet_length(head) = 32 AND octet_length(prev_head) = 32",
-        name="decision_chain_blocks_heads",
-    ),
-)
+
+def _blocks_table(name: str) -> Table:
+    """A chain's blocks (the three chains' tables have one shape)."""
+    return Table(
+        name,
+        t.metadata,
+        Column("day", Date, nullable=False),
+        Column("block", Integer, nullable=False),
+        Column("first_position", BigInteger, nullable=False),
+        Column("row_count", Integer, nullable=False),
+        Column("first_xid", BigInteger, nullable=False),
+        Column("first_seq", BigInteger, nullable=False),
+        Column("last_xid", BigInteger, nullable=False),
+        Column("last_seq", BigInteger, nullable=False),
+        Column("prev_head", LargeBinary, nullable=False),
+        Column("head", LargeBinary, nullable=False),
+        Column("row_hashes", LargeBinary, nullable=False),
+        Column("watermark", BigInteger, nullable=False),
+        Column("sealed_at", TS, nullable=False, server_default=func.now()),
+        PrimaryKeyConstraint("day", "block", name=f"{name}_pkey"),
+        CheckConstraint("block >= 0", name=f"{name}_block"),
+        CheckConstraint(
+            "row_count >= 1 AND octet_length(row_hashes) = 32 * row_count",
+            name=f"{name}_rows",
+        ),
+        CheckConstraint(
+            "octet_length(head) = 32 AND octet_length(prev_head) = 32",
+            name=f"{name}_heads",
+        ),
+    )
+
+
+chain_blocks = _blocks_table("decision_chain_blocks")
+outcome_chain_blocks = _blocks_table("outcome_chain_blocks")
+request_chain_blocks = _blocks_table("request_chain_blocks")
 
 chain_retirements = Table(
     "decision_chain_retirements",

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from service.cli import app
 from service.contract import MirrorRequest
 from service.storage import DecisionLogWriter, PartitionKeeper, ensure_partitions
-from service.storage.chain_codec import block_head, genesis
+from service.storage.chain_codec import DECISIONS, ChainSpec, block_head, genesis
 from service.storage.chain_seal import stream_rows
 from tests.storage.storage_helpers import decisions_of, request_batch
 
@@ -55,7 +55,7 @@ def sql(engine: Engine, statement: str, **params: object) -> None:
         conn.execute(text(statement), params)
 
 
-def rewrite_chain(engine: Engine, day: date) -> None:
+def rewrite_chain(engine: Engine, day: date, spec: ChainSpec = DECISIONS) -> None:
     """The attacker recomputes the day's chain tables to match the rows as they now are.
 
     Keeps the block boundaries (row counts) and rewrites every block's row
@@ -63,31 +63,36 @@ def rewrite_chain(engine: Engine, day: date) -> None:
     disabled (the table owner may).
     """
     with engine.begin() as conn:
-        conn.execute(text("ALTER TABLE decision_chain_blocks DISABLE TRIGGER USER"))
+        table = spec.blocks_table
+        conn.execute(text(f"ALTER TABLE {table} DISABLE TRIGGER USER"))
         blocks = conn.execute(
             text(
-                "SELECT block, first_position, row_count FROM decision_chain_blocks "
+                f"SELECT block, first_position, row_count FROM {table} "
                 "WHERE day = :d ORDER BY block"
             ),
             {"d": day},
         ).all()
         lo = datetime(day.year, day.month, day.day, tzinfo=UTC)
-        cx, cs = conn.execute(text("SELECT cursor_xid, cursor_seq FROM decision_chain_state")).one()
+        cx, cs = conn.execute(
+            text("SELECT cursor_xid, cursor_seq FROM decision_chain_state WHERE name = :n"),
+            {"n": spec.name},
+        ).one()
         rows = list(
             stream_rows(
                 conn,
                 "request_time >= %s AND request_time < %s + interval '1 day' "
                 "AND (chain_xid, chain_seq) <= (%s, %s)",
                 (lo, lo, cx, cs),
+                spec=spec,
             )
         )
-        prev, position = genesis(day), 0
+        prev, position = genesis(day, spec), 0
         for block, _, count in blocks:
             hashes = [r.row_hash for r in rows[position : position + count]]
             head = block_head(day, block, position, prev, hashes)
             conn.execute(
                 text(
-                    "UPDATE decision_chain_blocks SET prev_head = :p, head = :h, "
+                    f"UPDATE {table} SET prev_head = :p, head = :h, "
                     "row_hashes = :r, row_count = :n, first_position = :f "
                     "WHERE day = :d AND block = :b"
                 ),
@@ -102,7 +107,7 @@ def rewrite_chain(engine: Engine, day: date) -> None:
                 },
             )
             prev, position = head, position + count
-        conn.execute(text("ALTER TABLE decision_chain_blocks ENABLE TRIGGER USER"))
+        conn.execute(text(f"ALTER TABLE {table} ENABLE TRIGGER USER"))
 
 
 def position_of(engine: Engine, day: date, request_id: str, policy: str) -> int:
@@ -122,6 +127,11 @@ def position_of(engine: Engine, day: date, request_id: str, policy: str) -> int:
         )
 
 
+def witness_file(chain_dir: Path) -> Path:
+    """The anchor's witness: another directory than the anchor's, as in production."""
+    return chain_dir.parent / "witness" / "chain-anchor.jsonl"
+
+
 def run_log(db_url: str, chain_dir: Path, *args: str) -> tuple[int, str]:
     """``understudy log <args>`` in-process, against the test's database and anchor."""
     env = {
@@ -129,6 +139,7 @@ def run_log(db_url: str, chain_dir: Path, *args: str) -> tuple[int, str]:
         "UNDERSTUDY_DATA_DIR": str(chain_dir.parent / "data"),
         "UNDERSTUDY_CHAIN_KEY_FILE": str(chain_dir / "chain.key"),
         "UNDERSTUDY_CHAIN_ANCHOR_FILE": str(chain_dir / "chain-anchor.jsonl"),
+        "UNDERSTUDY_CHAIN_WITNESS_FILE": str(witness_file(chain_dir)),
         "UNDERSTUDY_CHAIN_BLOCK_ROWS": "16",
         "COLUMNS": "200",
     }

@@ -12,7 +12,7 @@ from service.contract import MirrorRequest
 from service.storage import make_engine
 from service.storage.chain_anchor import Anchor, load_key
 from service.storage.chain_seal import ChainSealer
-from tests.tamper.chain_helpers import DAY1, DAY2, write_day
+from tests.tamper.chain_helpers import DAY1, DAY2, witness_file, write_day
 
 
 @pytest.fixture()
@@ -35,7 +35,7 @@ def make_sealer(engine: Engine, chain_dir: Path) -> Callable[..., ChainSealer]:
 
     def make(block_rows: int = 16, max_rows: int = 50_000) -> ChainSealer:
         key = load_key(chain_dir / "chain.key")
-        anchor = Anchor(chain_dir / "chain-anchor.jsonl", key)
+        anchor = Anchor(chain_dir / "chain-anchor.jsonl", key, witness_file(chain_dir))
         return ChainSealer(engine, anchor, block_rows=block_rows, max_rows=max_rows)
 
     return make

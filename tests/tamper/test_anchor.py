@@ -96,7 +96,9 @@ def test_blocks_sealed_but_not_anchored_are_anchored_by_the_next_seal(
     sealer = make_sealer()
     sealer.seal_all()
     path = sealer.anchor.path
-    path.write_text("")  # as if the anchor line never reached the disk
+    path.write_text("")  # as if the anchor line never reached the disk,
+    assert sealer.anchor.witness is not None
+    sealer.anchor.witness.write_text("")  # nor its witness (written after the anchor)
     assert not verify(logged, [path], sealer.anchor.key).ok
 
     fresh = make_sealer()  # a restarted service

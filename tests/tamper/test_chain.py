@@ -27,7 +27,7 @@ def test_the_untouched_log_verifies(logged: Engine, db_url: str, chain_dir: Path
     assert run_log(db_url, chain_dir, "seal")[1].startswith("sealed 0 decisions")
     code, out = run_log(db_url, chain_dir, "verify")
     assert code == 0, out
-    assert "2 live days (140 decisions in 9 blocks)" in out
+    assert "2 live days (140 decisions in 9 blocks; 70 requests in 5 blocks)" in out
     assert "the decision log verifies" in out
 
 

@@ -49,7 +49,7 @@ def test_retiring_a_day_drops_it_and_the_log_still_verifies(
 
     code, out = run_log(db_url, chain_dir, "verify")
     assert code == 0, out
-    assert "1 live days (60 decisions in 4 blocks), 1 retired days" in out
+    assert "1 live days (60 decisions in 4 blocks; 30 requests in 2 blocks), 1 retired days" in out
 
 
 def test_a_day_that_does_not_verify_is_not_retired(
