@@ -53,7 +53,7 @@ from service.storage import (
     open_database,
     upgrade,
 )
-from service.storage.chain_anchor import Anchor, load_key
+from service.storage.chain_anchor import Anchor, SealRefused, load_key
 from service.storage.chain_seal import ChainSealer
 from service.storage.reviewer_audit import ReviewerAccess
 from service.transport.grpc.server import build_grpc_server
@@ -256,12 +256,12 @@ def _wire_scoring(
     service.scorer = scorer
     if settings.chain_seal_interval_s > 0:  # docs/tamper_evidence.md
         key_file, anchor_file = settings.resolved_chain_files
-        sealer = ChainSealer(
-            engine, Anchor(anchor_file, load_key(key_file)), block_rows=settings.chain_block_rows
-        )
+        anchor = Anchor(anchor_file, load_key(key_file), settings.resolved_chain_witness)
+        sealer = ChainSealer(engine, anchor, block_rows=settings.chain_block_rows)
         service.sealer = SealerLoop(
-            sealer, SealMetrics(service.metrics), settings.chain_seal_interval_s
+            sealer, SealMetrics(service.metrics), settings.chain_seal_interval_s, (SealRefused,)
         )
+        service.readiness.register("decision_chain", service.sealer.status)
     wire_database_health(service, url)  # bounded probe, db_up, embedded restarts
     service.readiness.register(
         "decision_log",

@@ -179,6 +179,12 @@ class Settings(BaseSettings):
     """Append-only, signed file of chain heads and retirements; defaults to
     `<data_dir>/chain-anchor.jsonl`."""
 
+    chain_witness_file: Path | None = None
+    """Second, append-only sink every anchor line is also written to (``O_APPEND``), in
+    another directory, so a cut anchor shows (docs/tamper_evidence.md); defaults to
+    `<data_dir>/chain-witness/chain-anchor.jsonl`. Put it where whoever can write the
+    anchor cannot cut it (``chattr +a``, another mount, a log shipper's spool)."""
+
     auth_tokens: dict[str, str] = Field(default_factory=dict, repr=False)
     """Bearer tokens, stored as sha256 hex digest -> "role" or "role:principal"
     (JSON in the environment), e.g. {"<digest>": "safety:dave"}. The principal is
@@ -225,3 +231,8 @@ class Settings(BaseSettings):
             self.chain_key_file or self.data_dir / "chain.key",
             self.chain_anchor_file or self.data_dir / "chain-anchor.jsonl",
         )
+
+    @property
+    def resolved_chain_witness(self) -> Path:
+        """The anchor's witness file after applying the default."""
+        return self.chain_witness_file or self.data_dir / "chain-witness" / "chain-anchor.jsonl"
