@@ -231,6 +231,7 @@ class IngestJournal:
         # read without the lock by `health` (a probe must never wait on an fsync)
         self._write_failure: str | None = None
         self._refused = 0
+        self._sync_failure: str | None = None  # INTERVAL: the last background fsync failed
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock_fd = os.open(_mkdirs(self._dir) / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
@@ -605,11 +606,14 @@ class IngestJournal:
         """Whether appends succeed, for readiness; lock-free, so it never waits on a write.
 
         False from a failed append until the next one succeeds, with the reason
-        (no path: probes are shown to clients) and the appends refused since.
+        (no path: probes are shown to clients) and the appends refused since;
+        also while background fsyncs fail (appends go on, power-loss safety not).
         """
         failure, refused = self._write_failure, self._refused
         if failure is not None:
             return False, f"write failed: {failure}, {refused} refused"
+        if self._sync_failure is not None:
+            return False, f"fsync failed: {self._sync_failure}"
         used = (self._store.head_logical - self._min_pos) / self._max_bytes
         return True, f"{used:.1%} of the bound used"
 
@@ -641,12 +645,16 @@ class IngestJournal:
                 if dir_dirty:
                     fsync_dir(self._dir)
             except OSError as exc:
+                failure = JournalIOError.wrap("journal fsync", exc)
                 with self._lock:
                     self._fsync_failures += 1
+                    self._sync_failure = failure.reason
+                    self._store.sync_again_locked(paths, dir_dirty)  # the next pass retries them
                 logger.error("journal: fsync of %s failed: %s", self._dir, exc)
-                raise JournalIOError(f"journal fsync failed: {exc}") from exc
+                raise failure from exc
             with self._lock:
                 self._store.fsyncs += 1
+                self._sync_failure = None
 
     def _sync_loop(self) -> None:
         """INTERVAL mode: one fsync covers every append of the last interval."""

@@ -382,6 +382,11 @@ class SegmentStore:
         dir_dirty, self.dir_dirty = self.dir_dirty, False
         return paths, dir_dirty
 
+    def sync_again_locked(self, paths: list[Path], dir_dirty: bool) -> None:
+        """Put back what a failed fsync pass took, so the next pass covers it again."""
+        self.rotated_unsynced = list(dict.fromkeys(paths + self.rotated_unsynced))
+        self.dir_dirty = self.dir_dirty or dir_dirty
+
     def close_locked(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)

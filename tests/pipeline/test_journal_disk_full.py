@@ -277,3 +277,36 @@ def test_ingest_sheds_by_reason_bound_then_disk(
     journal.close()
     assert mirror() is AckStatus.SHED  # closed (shutting down): shed, not an internal error
     assert count("shed", "journal_error") == 1
+
+
+def test_a_failed_background_fsync_is_shown_and_retried_monkeypatched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Injected: fsync fails (EIO) once; readiness says so and the next pass syncs it again."""
+    config = JournalConfig(
+        tmp_path / "journal",
+        segment_bytes=HEADER_SIZE + RECORD,  # one record a segment: the next one rotates
+        fsync_mode=FsyncMode.INTERVAL,
+        fsync_interval_s=3600.0,  # the test runs the passes itself: none races with it
+    )
+    journal = IngestJournal(config)
+    synced: list[Path] = []
+    failing = {"left": 1}
+
+    def flaky_fsync(path: Path) -> None:
+        if failing["left"]:
+            failing["left"] -= 1
+            raise OSError(errno.EIO, "Input/output error")
+        synced.append(path)
+
+    monkeypatch.setattr("service.pipeline.journal.fsync_path", flaky_fsync)
+    assert journal.append(MIRROR, body(0)) == 1
+    with pytest.raises(JournalIOError):
+        journal.sync()
+    assert journal.health() == (False, "fsync failed: input/output error")
+    assert journal.append(MIRROR, body(1)) == 2  # appends go on meanwhile (a new segment)
+    journal.sync()
+    first, second = sorted((tmp_path / "journal").glob("*.seg"))
+    assert sorted(synced) == [first, second]  # the first one again: the failed pass had it
+    assert journal.health()[0]
+    journal.close()
