@@ -35,19 +35,22 @@ Guarantees
   record would exceed ``max_bytes``; the bound is exact, and room comes back as
   consumers commit. Disk use is at most ``max_bytes`` plus the consumed part of
   the oldest kept segment (less than one segment, or one oversized record).
-* **Failures are not sheds**: a failed write (a full disk, say) raises
-  :class:`JournalIOError` after cutting the file back to its last whole record
-  (if even the cut fails, it is retried before the next write, which is refused
-  until it succeeds: nothing is ever written behind a partial record); a failed
-  segment creation leaves the old segment active. Nothing is latched: the next
-  append tries the disk again, and on a full disk first deletes the active
-  segment if every consumer has passed it (otherwise it would stay until it
-  filled, which it cannot). :meth:`health` reports the failure and the appends
-  refused since, until one succeeds. A failed checkpoint write on a full disk
-  deletes the segments the new checkpoint frees and tries once more. A failed
-  fsync in ``ALWAYS`` mode makes every later append raise (the promise is
-  gone); in ``INTERVAL`` mode it is logged, counted (``fsync_failures_total``)
-  and retried.
+* **Failures are not the bound**: a failed write (a full disk, say) raises
+  :class:`JournalIOError` (ingest sheds it under its own reason) after cutting
+  the file back to its last whole record (if even the cut fails, it is retried
+  before the next write, which is refused until it succeeds: nothing is ever
+  written behind a partial record); a failed segment creation leaves the old
+  segment active. Nothing is latched: the next append tries the disk again, and
+  on a full disk first deletes the active segment if every consumer has passed
+  it (otherwise it would stay until it filled, which it cannot). A checkpoint
+  on a full disk first deletes the segments it frees, then is rewritten in
+  place (every consumer gets a checkpoint file at open for this), so a journal
+  that filled its own disk frees it as consumers catch up. :meth:`health`
+  reports a failing write (and the appends refused since) until one succeeds.
+  A failed fsync in ``ALWAYS`` mode makes every later append raise (the promise
+  is gone); in ``INTERVAL`` mode it is logged, counted
+  (``fsync_failures_total``), shown by :meth:`health`, and the next pass
+  fsyncs the same files again.
 * **Damage that is not a torn tail** (a bad record in a non-last segment, or a
   bad record followed by valid ones) raises :class:`JournalCorrupt` on open,
   naming file and offset, instead of dropping acknowledged data.
