@@ -207,10 +207,10 @@ def test_a_disk_filled_by_another_file_sheds_counts_shows_and_heals_at_once(
         assert sheds(service, "journal_full") == 0
         assert_every_answer_counted(service, mirrors)
 
-        wait_until(lambda: not journal_check(service)[1]["ok"])  # readiness may lag a probe
+        expected = f"write failed: no space left on device, {refused} refused"
+        wait_until(lambda: journal_check(service)[1]["detail"] == expected)  # may lag a probe
         status, check, text = journal_check(service)
-        assert status == 503
-        assert check["detail"] == f"write failed: no space left on device, {refused} refused"
+        assert status == 503 and not check["ok"]
         assert str(disk) not in text
 
         filler.unlink()
