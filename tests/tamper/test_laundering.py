@@ -20,7 +20,6 @@ import pytest
 from sqlalchemy import Engine
 
 from service.contract import MirrorRequest
-from service.storage.chain_anchor import SealRefused
 from service.storage.chain_seal import ChainSealer
 from tests.tamper.chain_helpers import DAY1, position_of, rewrite_chain, run_log, sql, write_day
 
@@ -110,6 +109,8 @@ def test_a_running_sealer_checks_the_tail_it_extends(
     logged: Engine, make_sealer: Callable[..., ChainSealer], requests_sample: list[MirrorRequest]
 ) -> None:
     """The service's sealer (no catch-up after its first seal) compares each day's tail."""
+    from service.storage.chain_anchor import SealRefused
+
     sealer = make_sealer()
     sealer.seal_all()
     sql(logged, "UPDATE decisions SET latency_us = 1 WHERE request_id = 'a-39'")

@@ -11,7 +11,7 @@ from sqlalchemy import Engine
 
 from service.metrics import ServiceMetrics
 from service.pipeline.sealer import SealerLoop, SealMetrics
-from service.storage.chain_anchor import Anchor
+from service.storage.chain_anchor import Anchor, SealRefused
 from service.storage.chain_seal import ChainSealer
 from service.storage.chain_verify import verify
 
@@ -56,3 +56,28 @@ def test_a_failing_seal_is_counted_and_the_loop_goes_on(
     loop.tick()  # the rows committed by the failed seal are anchored now
     assert _value(registry, "understudy_chain_seal_errors_total") == 2
     assert verify(logged, [sealer.anchor.path], sealer.anchor.key).ok
+
+
+def test_a_refused_seal_is_counted_apart_and_makes_the_service_unready(
+    logged: Engine, make_sealer: Callable[..., ChainSealer]
+) -> None:
+    sealer = make_sealer()
+    registry = CollectorRegistry()
+    loop = SealerLoop(sealer, SealMetrics(ServiceMetrics(registry)), 60, (SealRefused,))
+    loop.tick()
+    assert loop.status() == (True, "sealing")
+    lines = sealer.anchor.path.read_text()
+    sealer.anchor.path.write_text("")  # cut: the witness still holds the line
+
+    loop.tick()
+    loop.tick()
+
+    ready, why = loop.status()
+    assert not ready and "the anchor file was cut" in why, why
+    assert _value(registry, "understudy_chain_seal_refusals_total") == 2
+    assert _value(registry, "understudy_chain_seal_errors_total") == 0
+    assert sealer.anchor.path.read_text() == ""  # nothing signed
+    sealer.anchor.path.write_text(lines)  # restored from a copy: a restarted service seals
+    restarted = SealerLoop(make_sealer(), SealMetrics(ServiceMetrics(CollectorRegistry())), 60)
+    restarted.tick()
+    assert restarted.status() == (True, "sealing")
