@@ -196,7 +196,7 @@ class Readiness:
             ok, detail = running.result(timeout=max(0.0, remaining))
         except TimeoutError:
             waited = time.monotonic() - slot.started_at
-            detail = f"no answer within {slot.timeout_s:g} s"
+            detail = f"no answer within {float(slot.timeout_s)} s"
             if waited > slot.timeout_s * 1.5:
                 detail += f" (the call has been waiting {waited:.0f} s)"
             return CheckResult(name, False, detail, answered=False)

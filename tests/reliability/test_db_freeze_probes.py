@@ -9,7 +9,7 @@ idle service and 1 during a freeze.
 Here: the service logs to its own embedded server; on a healthy idle service
 `understudy_db_up` is 1; then every process of the server is stopped while
 a thread polls `/readyz` and the test mirrors over HTTP. Every mirror is
-acked; `/readyz` answers 503 naming the database ("no answer within 1 s");
+acked; `/readyz` answers 503 naming the database ("no answer within 1.0 s");
 db_up drops to 0, and after SIGCONT it is 1 again, `/readyz` 200, and the
 log holds every acked request once. The ack latencies during the freeze are
 printed, not asserted.
@@ -158,7 +158,7 @@ def test_a_frozen_database_stalls_no_http_ack_and_reads_down_then_up(
             wait_until(lambda: http.get("/readyz").status_code == 200, timeout=HANG_GUARD_S)
             poller.stop()
             wait_until(lambda: service.journal.depth_records("scorer") == 0)
-        assert any(d.startswith("no answer within 1 s") for d in details), details
+        assert any(d.startswith("no answer within 1.0 s") for d in details), details
         readyz_s = [seconds for seconds, _, _ in during]
         print(
             f"\n[freeze: {len(pids)} PostgreSQL processes stopped] {len(ack_s)} HTTP mirrors "
