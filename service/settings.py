@@ -136,7 +136,7 @@ class Settings(BaseSettings):
 
     readiness_check_timeout_s: float = Field(default=1.0, gt=0)
     """A readiness check (the database probe among them) that has not answered within
-    this many seconds counts as failed: "no answer within 1 s"."""
+    this many seconds counts as failed: "no answer within 1.0 s"."""
 
     embedded_db_watch_interval_s: float = Field(default=1.0, ge=0)
     """How often the service looks at the embedded PostgreSQL it owns and restarts its
