@@ -20,9 +20,10 @@ import pytest
 
 from service.app import Service
 from service.contract import MirrorRequest
-from service.metrics import OTHER_FIELD
+from service.metrics import OTHER_FIELD, field_label
 from service.transport.http.convert import mirror_to_json
 from service.wire.convert import mirror_request_to_pb
+from tests.transport.test_bad_input import CASES, CONTROL_CASES
 
 DISTINCT = 300
 
@@ -109,3 +110,16 @@ def test_refused_field_names_do_not_create_series(
     counted = service.metrics.registry.get_sample_value
     other = {"transport": "http", "kind": "mirror", "field": OTHER_FIELD}
     assert counted("understudy_ingest_rejections_total", other) == 6 + DISTINCT
+
+
+def test_every_field_the_bad_input_table_names_keeps_its_own_label() -> None:
+    """Bounding must not lose information: real fields are counted by name, indices dropped."""
+    named = [c[5] for c in CASES] + [c[2] for c in CONTROL_CASES]
+    fields = {n.split("`")[1] for n in named if n.count("`") >= 2}
+    assert len(fields) > 20
+    for field in fields:
+        assert field_label(field) != OTHER_FIELD, field
+        assert "[" not in field_label(field).replace("[]", ""), field
+    extra = ["options[7]", "body", "request", "outcome", "sequence", "workload.kind", "failure"]
+    assert [field_label(f) for f in extra] == ["options[]", *extra[1:]]
+    assert field_label("state.made_up") == field_label("x" * 10_000) == OTHER_FIELD
