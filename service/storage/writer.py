@@ -7,7 +7,9 @@ NOTHING``. Every unique key is the natural identity of the row —
 request_time)``, the snapshot's content hash, an outcome's request — so
 re-writing records the journal already delivered (after a crash between the
 database commit and the journal checkpoint) changes nothing, and the counts
-say how many rows were new.
+say how many rows were new. A skipped request whose content differs from the
+logged one is not a replay: it is recorded in ``conflicts``
+(`service.storage.request_conflicts`, looked at only when rows were skipped).
 
 Order inside the transaction: policies, snapshots, requests (then the pending
 outcomes of newly logged requests are joined), decisions, outcomes, and last
