@@ -284,10 +284,12 @@ def oncall() -> g.Dashboard:
     ]
     database = [
         Panel(
-            "Decision log up",
+            "Database up (health probe)",
             (_q(f"understudy_db_up{{{INST}}}", "{{instance}}"),),
             "short",
-            "1 while decision-log writes succeed.",
+            "1 when the bounded health probe (connect + statement within 1 s) answered in the "
+            "last readiness round, 0 when it failed or did not answer (down, frozen, "
+            'unreachable). Write failures: "Write batches by result".',
         ),
         Panel(
             "Decision log lag (records)",
