@@ -9,10 +9,10 @@ idle service and 1 during a freeze.
 Here: the service logs to its own embedded server; on a healthy idle service
 `understudy_db_up` is 1; then every process of the server is stopped while
 a thread polls `/readyz` and the test mirrors over HTTP. Every mirror is
-acked; `/readyz` answers 503 naming the database ("no answer within 1.0 s");
-db_up drops to 0, and after SIGCONT it is 1 again, `/readyz` 200, and the
-log holds every acked request once. The ack latencies during the freeze are
-printed, not asserted.
+acked; `/readyz` answers 503 naming the database ("no answer within 1.0 s"),
+gRPC health says NOT_SERVING, db_up drops to 0; after SIGCONT db_up is 1
+again, `/readyz` 200, gRPC SERVING, and the log holds every acked request
+once. The ack latencies during the freeze are printed, not asserted.
 """
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sqlalchemy import text
 
 from service.app import Service
@@ -107,6 +109,13 @@ def test_a_frozen_database_stalls_no_http_ack_and_reads_down_then_up(
         base = f"http://127.0.0.1:{service.http_port}"
         sample = requests_sample[0]
 
+        channel = grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}")
+        health = health_pb2_grpc.HealthStub(channel)  # type: ignore[no-untyped-call]
+
+        def grpc_health() -> int:
+            request = health_pb2.HealthCheckRequest(service="understudy.v1.ShadowEvaluation")
+            return int(health.Check(request, timeout=HANG_GUARD_S).status)
+
         def body(request_id: str) -> bytes:
             return mirror_to_json(sample).replace(sample.request_id.encode(), request_id.encode())
 
@@ -135,6 +144,7 @@ def test_a_frozen_database_stalls_no_http_ack_and_reads_down_then_up(
                     timeout=HANG_GUARD_S,
                 )
                 wait_until(lambda: db_up() == 0.0, timeout=HANG_GUARD_S)
+                assert grpc_health() == health_pb2.HealthCheckResponse.NOT_SERVING
                 i = 0
                 # At least FREEZE_MIRRORS, and on until /readyz answered thrice in the freeze.
                 while i < FREEZE_MIRRORS or len(poller.answers) - seen_before < 3:
@@ -156,6 +166,7 @@ def test_a_frozen_database_stalls_no_http_ack_and_reads_down_then_up(
             details = {c["detail"] for c in poller.failing(seen_before) if c["name"] == "database"}
             wait_until(lambda: db_up() == 1.0, timeout=HANG_GUARD_S)
             wait_until(lambda: http.get("/readyz").status_code == 200, timeout=HANG_GUARD_S)
+            wait_until(lambda: grpc_health() == health_pb2.HealthCheckResponse.SERVING)
             poller.stop()
             wait_until(lambda: service.journal.depth_records("scorer") == 0)
         assert any(d.startswith("no answer within 1.0 s") for d in details), details
@@ -167,6 +178,7 @@ def test_a_frozen_database_stalls_no_http_ack_and_reads_down_then_up(
             f"/readyz polled {len(readyz_s)}x, median {1000 * statistics.median(readyz_s):.0f} ms, "
             f"max {1000 * max(readyz_s):.0f} ms; database said {sorted(details)}"
         )
+        channel.close()
         assert service.engine is not None
         with service.engine.connect() as conn:
             ids = conn.execute(text("SELECT request_id FROM requests")).scalars().all()
