@@ -37,6 +37,7 @@ from service.pipeline.sealer import SealerLoop, SealMetrics
 from service.policies.registry import Registry, load_registry
 from service.protocols import ProtocolDesk, policy_refs
 from service.readiness import Readiness
+from service.reviewer_wiring import wire_reviewer_guard
 from service.runtime import Service, bind_socket
 from service.scorer_wiring import (
     ScorerChildSpec,
@@ -262,6 +263,7 @@ def _wire_scoring(
             sealer, SealMetrics(service.metrics), settings.chain_seal_interval_s, (SealRefused,)
         )
         service.readiness.register("decision_chain", service.sealer.status)
+    wire_reviewer_guard(service)  # direct reviewer sessions: limits they cannot lift
     wire_database_health(service, url)  # bounded probe, db_up, embedded restarts
     service.readiness.register(
         "decision_log",

@@ -31,6 +31,7 @@ from service.readiness import Readiness
 from service.settings import Settings
 from service.storage.db_probe import DatabaseProbe
 from service.storage.embedded_watch import EmbeddedWatch
+from service.storage.reviewer_guard import ReviewerGuardLoop
 from service.transport.grpc.servicer import SERVICE_NAME
 from service.transport.http.slow_clients import RequestDeadlineProtocol
 
@@ -67,6 +68,7 @@ class Service:
     scorer: ScorerLoop | None = None
     evaluator: Evaluator | None = None
     sealer: SealerLoop | None = None
+    reviewer_guard: ReviewerGuardLoop | None = None
     db_probe: DatabaseProbe | None = None
     embedded_watch: EmbeddedWatch | None = None
     _http_server: uvicorn.Server | None = field(default=None, repr=False)
@@ -108,6 +110,8 @@ class Service:
             self.evaluator.start()
         if self.sealer is not None:
             self.sealer.start()
+        if self.reviewer_guard is not None:
+            self.reviewer_guard.start()
         if self.embedded_watch is not None:
             self.embedded_watch.start()
         # Readiness rounds run in the background; gRPC health and understudy_ready follow each.
@@ -157,6 +161,8 @@ class Service:
             self.scorer.stop(drain_timeout_s)
         if self.sealer is not None:
             self.sealer.stop()  # seals what the scorer drained
+        if self.reviewer_guard is not None:
+            self.reviewer_guard.stop()
         self.journal.close()
         if self.db_probe is not None:
             self.db_probe.close()

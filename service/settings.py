@@ -171,6 +171,17 @@ class Settings(BaseSettings):
     chain_block_rows: int = Field(default=1000, ge=1, le=100_000)
     """Most decisions per chain block: a broken anchored block names at most this many rows."""
 
+    reviewer_guard_interval_s: float = Field(default=5.0, ge=0)
+    """Seconds between two sweeps of the reviewer guard (docs/reviewer.md): it ends direct
+    `understudy_reviewer` sessions over the limits below and restores the role's defaults;
+    0 disables it on this replica (one replica suffices)."""
+
+    reviewer_transaction_limit_s: float = Field(default=300.0, gt=0)
+    """Longest a direct reviewer session may keep a transaction open before it is ended."""
+
+    reviewer_idle_limit_s: float = Field(default=60.0, gt=0)
+    """Longest a direct reviewer session may sit idle inside a transaction before it is ended."""
+
     chain_key_file: Path | None = None
     """HMAC-SHA256 key signing the chain anchor (created 0600 when missing); defaults to
     `<data_dir>/chain.key`. The database never sees it: keep it off the database host."""
