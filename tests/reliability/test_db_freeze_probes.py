@@ -105,12 +105,15 @@ def test_a_frozen_database_stalls_no_http_ack_and_reads_down_then_up(
             evaluator_enabled=False,
             chain_seal_interval_s=0,
         )
-        db_up = lambda: service.metrics.registry.get_sample_value("understudy_db_up")  # noqa: E731
+
+        def db_up() -> float | None:
+            return service.metrics.registry.get_sample_value("understudy_db_up")
+
         base = f"http://127.0.0.1:{service.http_port}"
         sample = requests_sample[0]
 
         channel = grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}")
-        health = health_pb2_grpc.HealthStub(channel)  # type: ignore[no-untyped-call]
+        health = health_pb2_grpc.HealthStub(channel)
 
         def grpc_health() -> int:
             request = health_pb2.HealthCheckRequest(service="understudy.v1.ShadowEvaluation")

@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
-import psutil
 import pytest
 from sqlalchemy import text
 
@@ -31,6 +30,7 @@ from service.policies.registry import Registry
 from service.storage import running_pid, stop_embedded
 from service.storage.admin import EMBEDDED_SUBDIR
 from service.transport.http.convert import mirror_to_json
+from tests.reliability.pg_signals import children
 from tests.transport.test_decision_log_e2e import wait_until
 
 HANG_GUARD_S = 120.0
@@ -87,14 +87,14 @@ def test_a_killed_embedded_postmaster_is_restarted_and_nothing_is_lost(
 
         def database_detail() -> str:
             checks = http.get("/readyz").json()["checks"]
-            return next(c["detail"] for c in checks if c["name"] == "database")
+            return str(next(c["detail"] for c in checks if c["name"] == "database"))
 
         mirror("before", 20)
         wait_until(lambda: service.journal.depth_records("scorer") == 0)
         assert value("understudy_db_up") == 1.0
         postmaster = running_pid(data_dir)
         assert postmaster is not None
-        held = psutil.Process(postmaster).children()[0].pid  # keeps the shared memory
+        held = children(postmaster)[0]  # any backend keeps the shared memory attached
         os.kill(held, signal.SIGSTOP)
         seen: set[str] = set()
         try:
