@@ -54,7 +54,7 @@ def _access_rows(world: World, after: int) -> list[tuple[str, dict[str, str], st
             ),
             {"a": after},
         ).all()
-    return [tuple(r) for r in rows]  # type: ignore[misc]
+    return [tuple(r) for r in rows]
 
 
 def _last_access_id(world: World) -> int:

@@ -123,10 +123,12 @@ def test_a_long_reviewer_read_neither_stalls_the_log_nor_outlives_its_limit(
         # The read stays open: its share lock on every partition of `decisions` is held.
         writer = DecisionLogWriter(engine, keeper=PartitionKeeper(engine, clock=lambda: now))
         started = time.perf_counter()
-        thread = threading.Thread(
-            target=lambda: (writer.write(_batch(requests[:4])), writer_done.set()), daemon=True
-        )
-        thread.start()
+
+        def write() -> None:
+            writer.write(_batch(requests[:4]))
+            writer_done.set()
+
+        threading.Thread(target=write, daemon=True).start()
         _wait(lambda: _decisions_logged(engine) == 4, "the batch landing while the read is open")
         print(f"batch written in {time.perf_counter() - started:.3f} s with the read open")
         assert writer_done.wait(HANG_GUARD_S)
