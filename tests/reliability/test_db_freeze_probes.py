@@ -41,7 +41,9 @@ from tests.reliability.pg_signals import frozen
 from tests.transport.test_decision_log_e2e import wait_until
 
 FREEZE_MIRRORS = 300
-"""HTTP mirrors sent while the database is frozen."""
+"""HTTP mirrors sent while the database is frozen (at least)."""
+PACED_RATE = 30.0
+"""Mirrors per second in the long variant (the issue's 30 s freeze saw 900)."""
 HANG_GUARD_S = 60.0
 """Bound on any one wait or HTTP call: a hang guard, never a speed requirement."""
 
@@ -90,12 +92,21 @@ def _ms(seconds: list[float], q: float) -> float:
 
 
 @pytest.mark.live
+@pytest.mark.parametrize(
+    "freeze_s",
+    [
+        pytest.param(0.0, id="until-3-readyz"),
+        pytest.param(30.0, id="30s", marks=pytest.mark.slow),
+    ],
+)
 def test_a_frozen_database_stalls_no_http_ack_and_reads_down_then_up(
     make_service: Callable[..., Service],
     runtime_token: str,
     requests_sample: list[MirrorRequest],
     pg_dir: Path,
+    freeze_s: float,
 ) -> None:
+    """`freeze_s` > 0: the freeze lasts that long (the scenario, as in the issue), paced."""
     server = start_embedded(pg_dir, stop_at_exit=False)
     try:
         upgrade(server.url())
@@ -149,9 +160,17 @@ def test_a_frozen_database_stalls_no_http_ack_and_reads_down_then_up(
                 wait_until(lambda: db_up() == 0.0, timeout=HANG_GUARD_S)
                 assert grpc_health() == health_pb2.HealthCheckResponse.NOT_SERVING
                 i = 0
-                # At least FREEZE_MIRRORS, and on until /readyz answered thrice in the freeze.
-                while i < FREEZE_MIRRORS or len(poller.answers) - seen_before < 3:
+                frozen_at = time.monotonic()
+                # At least FREEZE_MIRRORS, and on until /readyz answered thrice in the freeze
+                # (and `freeze_s` passed: the length of the freeze is the scenario).
+                while (
+                    i < FREEZE_MIRRORS
+                    or len(poller.answers) - seen_before < 3
+                    or time.monotonic() - frozen_at < freeze_s
+                ):
                     assert i < 100 * FREEZE_MIRRORS, "/readyz stopped answering (hang guard)"
+                    if freeze_s:
+                        time.sleep(1 / PACED_RATE)  # the load's rate, not a synchronisation
                     began = time.perf_counter()
                     reply = http.post("/v1/mirror", content=body(f"frozen-{i}"))
                     ack_s.append(time.perf_counter() - began)
@@ -174,12 +193,14 @@ def test_a_frozen_database_stalls_no_http_ack_and_reads_down_then_up(
             wait_until(lambda: service.journal.depth_records("scorer") == 0)
         assert any(d.startswith("no answer within 1.0 s") for d in details), details
         readyz_s = [seconds for seconds, _, _ in during]
+        said = sorted({d.split(" (")[0] for d in details})  # less "(the call has been waiting)"
         print(
-            f"\n[freeze: {len(pids)} PostgreSQL processes stopped] {len(ack_s)} HTTP mirrors "
+            f"\n[freeze: {len(pids)} PostgreSQL processes stopped "
+            f"{time.monotonic() - frozen_at:.0f} s] {len(ack_s)} HTTP mirrors "
             f"acked: p50 {_ms(ack_s, 0.5):.2f} ms, p99 {_ms(ack_s, 0.99):.2f} ms, "
             f"max {1000 * max(ack_s):.2f} ms; /healthz max {1000 * max(healthz_s):.2f} ms; "
             f"/readyz polled {len(readyz_s)}x, median {1000 * statistics.median(readyz_s):.0f} ms, "
-            f"max {1000 * max(readyz_s):.0f} ms; database said {sorted(details)}"
+            f"max {1000 * max(readyz_s):.0f} ms; database said {said}"
         )
         channel.close()
         assert service.engine is not None
