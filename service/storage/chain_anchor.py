@@ -167,15 +167,14 @@ class AnchorContents:
     lines: int = 0
     last_seq: int = -1
     last_hash: str = ZERO
+    last: dict[tuple[str, date], AnchoredBlock] = field(default_factory=dict)
+    """Per (chain, day), the highest block anchored."""
+    keep_blocks: bool = True
+    """False: keep only `last` (a long-running sealer need not hold every block)."""
 
     def heads(self) -> dict[tuple[str, date], AnchoredBlock]:
         """Per (chain, day), the highest block anchored."""
-        out: dict[tuple[str, date], AnchoredBlock] = {}
-        for (chain, day, _), b in self.blocks.items():
-            seen = out.get((chain, day))
-            if seen is None or b.block > seen.block:
-                out[(chain, day)] = b
-        return out
+        return self.last
 
 
 def _block_of(entry: Sequence[Any], line: int) -> AnchoredBlock:
@@ -211,6 +210,11 @@ def feed_lines(out: AnchorContents, data: bytes, key: bytes, name: str) -> None:
         if obj["kind"] == "seal":
             for entry in obj["blocks"]:
                 b = _block_of(entry, out.lines)
+                seen_last = out.last.get((b.chain, b.day))
+                if seen_last is None or b.block > seen_last.block:
+                    out.last[(b.chain, b.day)] = b
+                if not out.keep_blocks:
+                    continue
                 k = (b.chain, b.day, b.block)
                 seen = out.blocks.get(k)
                 if seen is not None and (seen.first_position, seen.row_count, seen.head) != (
@@ -292,7 +296,7 @@ class Anchor:
         if witness is not None:
             witness.parent.mkdir(parents=True, exist_ok=True)
         data = read_bytes(path)
-        self.contents = AnchorContents()
+        self.contents = AnchorContents(keep_blocks=False)
         feed_lines(self.contents, data, key, path.name)
         self.problems: list[str] = list(self.contents.problems)
         """What is wrong with the anchor or its witness; the sealer refuses to sign while any."""

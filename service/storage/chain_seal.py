@@ -50,7 +50,14 @@ from typing import Any
 import psycopg
 from sqlalchemy import Connection, Engine, text
 
-from service.storage.chain_anchor import Anchor, AnchoredBlock, Retirement, SealRefused, sign
+from service.storage.chain_anchor import (
+    Anchor,
+    AnchoredBlock,
+    Retirement,
+    SealRefused,
+    read_anchor,
+    sign,
+)
 from service.storage.chain_codec import (
     CHAINS,
     DECISIONS,
@@ -459,6 +466,7 @@ class ChainSealer:
         written = 0
         missing: list[AnchoredBlock] = []
         watermark = 0
+        signed_blocks = read_anchor(self.anchor.path, self.anchor.key).blocks
         with conn.begin():
             for spec in CHAINS:
                 rows = conn.execute(
@@ -471,7 +479,7 @@ class ChainSealer:
                     b = AnchoredBlock(
                         r[0], int(r[1]), int(r[2]), int(r[3]), bytes(r[4]).hex(), -1, spec.name
                     )
-                    signed = self.anchor.contents.blocks.get((spec.name, b.day, b.block))
+                    signed = signed_blocks.get((spec.name, b.day, b.block))
                     if signed is None:
                         missing.append(b)
                         watermark = max(watermark, int(r[5]))
