@@ -23,6 +23,11 @@ What this module adds:
   to 0700 at the start of every session, so a root-run server under a
   ``tmp_path`` loses its own data directory when another pytest starts.
   Keep the data directory outside such trees; a restart re-widens them.
+* **death told from a stop.** `died_pid` names a postmaster that died without
+  shutting down (its ``postmaster.pid`` is left naming a gone process), which
+  `service.storage.embedded_watch` restarts; an orderly stop removes the file.
+  A killed postmaster not yet reaped reads as running to pgserver and to
+  PostgreSQL, so `start_embedded` refuses it with a clear error (retry later).
 * **stop by pid**, from any process: `stop_embedded` sends the postmaster
   SIGINT (PostgreSQL's "fast" shutdown: roll back open transactions,
   disconnect clients, checkpoint) and waits for it to exit.
