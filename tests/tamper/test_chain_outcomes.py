@@ -173,3 +173,37 @@ def test_an_outcome_edit_with_its_chain_rewritten_names_the_block(
     assert first is not None and first.table == "outcomes", first
     assert (first.day, first.block) == (DAY1, position // BLOCK)
     assert "outcome_chain_blocks agrees: rewritten with the rows" in first.what
+
+
+def test_a_day_retires_with_its_outcome_and_request_chains(
+    with_outcomes: Engine, make_sealer: Callable[..., ChainSealer], chain_dir: Path
+) -> None:
+    from service.storage.chain_retire import retire
+    from service.storage.chain_verify import verify
+    from tests.tamper.chain_helpers import witness_file
+
+    sealer = make_sealer()
+    sealer.seal_all()
+    records = retire(sealer, with_outcomes, DAY2, allow_recent=True)
+    assert [(r.day, r.requests_rows, r.decisions_rows, r.outcomes_rows) for r in records] == [
+        (DAY1, 45, 80, 25)
+    ]
+    anchors, witnesses = [sealer.anchor.path], [witness_file(chain_dir)]
+    report = verify(with_outcomes, anchors, sealer.anchor.key, witnesses=witnesses)
+    assert report.ok, report.first
+    assert report.chains["outcomes"] == (10, 1)  # DAY2's only
+
+    with with_outcomes.begin() as conn:  # an outcome written later for the retired day
+        conn.execute(text("SELECT understudy_ensure_partitions(:d, :d)"), {"d": DAY1})
+        conn.execute(
+            text(
+                "INSERT INTO outcomes (request_id, request_time, observed_at, received_at, "
+                "failure, join_state) VALUES ('late', to_timestamp(:t), to_timestamp(:t), "
+                "to_timestamp(:t), 'none', 'after_request')"
+            ),
+            {"t": midnight(DAY1) + 5},
+        )
+    report = verify(with_outcomes, anchors, sealer.anchor.key, witnesses=witnesses)
+    assert f"outcomes day {DAY1}: retired, yet 1 outcomes rows of this day exist" in [
+        str(p) for p in report.problems
+    ]
