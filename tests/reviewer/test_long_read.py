@@ -39,6 +39,7 @@ from service.storage import (
     EmbeddedPostgres,
     LogBatch,
     PartitionKeeper,
+    list_partitions,
     make_engine,
 )
 from service.storage.partitions import day_of
@@ -121,7 +122,9 @@ def test_a_long_reviewer_read_neither_stalls_the_log_nor_outlives_its_limit(
     try:
         assert reviewer.execute("SELECT count(*) FROM decisions").fetchone() == (0,)
         # The read stays open: its share lock on every partition of `decisions` is held.
-        writer = DecisionLogWriter(engine, keeper=PartitionKeeper(engine, clock=lambda: now))
+        clock = [now]  # the keeper's clock: moved by hand below, nothing waits on it
+        keeper = PartitionKeeper(engine, clock=lambda: clock[0])
+        writer = DecisionLogWriter(engine, keeper=keeper)
         started = time.perf_counter()
 
         def write() -> None:
@@ -135,6 +138,7 @@ def test_a_long_reviewer_read_neither_stalls_the_log_nor_outlives_its_limit(
         assert _alive(engine, pid)  # the rows landed while the read was still open
         assert _where(engine, "decisions") == {"decisions_default": 4}
 
+        from service.storage.partitions import RETRY_S
         from service.storage.reviewer_guard import ReviewerGuard
 
         # Imported here so that this file, run against the old code, fails on the stall above.
@@ -148,12 +152,20 @@ def test_a_long_reviewer_read_neither_stalls_the_log_nor_outlives_its_limit(
     finally:
         reviewer.close()
 
-    # Nothing holds the lock now: the next batch's keeper creates the day and moves the rows.
-    DecisionLogWriter(engine, keeper=PartitionKeeper(engine, clock=lambda: now)).write(
-        _batch(requests[4:])
-    )
+    # Nothing holds the lock now, but the keeper waits `RETRY_S` after giving up...
+    writer.write(_batch(requests[4:6]))
+    assert _where(engine, "decisions") == {"decisions_default": 6}
+    # ...then the next batch creates the day (and the week ahead) and moves the rows in.
+    clock[0] = now + RETRY_S + 1  # the same UTC day
+    writer.write(_batch(requests[6:]))
     assert _where(engine, "decisions") == {f"decisions_p{stamp}": 8}
     assert _where(engine, "requests") == {f"requests_p{stamp}": 8}
+    assert keeper.gave_up == 1
+    ahead = [day_of(now + d * 86_400).strftime("%Y%m%d") for d in range(8)]
+    assert list_partitions(engine, "decisions") == [
+        "decisions_default",
+        *(f"decisions_p{day}" for day in ahead),
+    ]
 
 
 def test_an_idle_reviewer_transaction_is_ended_and_the_api_role_switch_is_not(
