@@ -271,8 +271,9 @@ def compare_witness(
             ], b""
     if len(w_lines) > len(a_lines):
         lo, hi = first_line + len(a_lines), first_line + len(w_lines) - 1
+        which = f"line {lo}" if lo == hi else f"lines {lo}-{hi}"
         return [
-            f"anchor {anchor_name} lacks lines {lo}-{hi} that its witness {witness_name} holds: "
+            f"anchor {anchor_name} lacks {which} that its witness {witness_name} holds: "
             "the anchor file was cut"
         ], b""
     return [], anchor[len(witness) :] if len(anchor) > len(witness) else b""
@@ -306,7 +307,7 @@ class Anchor:
         self._w_lag = b""
         if witness is not None:
             w = read_bytes(witness)
-            cut, self._w_lag = compare_witness(data, w, path.name, witness.name)
+            cut, self._w_lag = compare_witness(data, w, path.name, str(witness))
             self.problems += cut
             self._w_offset = len(w)
             self._w_lines = w.count(b"\n")
@@ -427,7 +428,7 @@ class Anchor:
         w_size = self.witness.stat().st_size if self.witness.exists() else 0
         if w_size < self._w_offset:
             self.problems.append(
-                f"witness {self.witness.name} shrank from {self._w_offset} to {w_size} bytes "
+                f"witness {self.witness} shrank from {self._w_offset} to {w_size} bytes "
                 "since it was read: the witness was cut"
             )
             self._w_offset = w_size
@@ -443,7 +444,7 @@ class Anchor:
         self._w_lag = b""
         first_line = self._w_lines + 1
         self._w_lines += w_new.count(b"\n")
-        cut, missing = compare_witness(lag, w_new, self.path.name, self.witness.name, first_line)
+        cut, missing = compare_witness(lag, w_new, self.path.name, str(self.witness), first_line)
         self.problems += cut
         if not cut and missing:
             log.warning(

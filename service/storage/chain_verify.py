@@ -426,7 +426,7 @@ def _with_witnesses(
         a, w = read_bytes(anchor), read_bytes(witness)
         if not w:
             continue
-        cut, _ = compare_witness(a, w, anchor.name, witness.name)
+        cut, _ = compare_witness(a, w, anchor.name, str(witness))
         merged.problems += cut
         if cut:  # the witness may hold what the anchor lost: hold the rows to it too
             contents = read_anchor(witness, key)
