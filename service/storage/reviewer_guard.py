@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, text
 
+from service.contract.errors import Unavailable
 from service.storage.engine import unavailable_on_failure
 from service.storage.reviewer_tables import REVIEWER_ROLE
 
@@ -186,6 +187,10 @@ class ReviewerGuardLoop:
         """One sweep, reported; never raises."""
         try:
             result = self._guard.sweep()
+        except Unavailable as err:  # the database down: expected now and then, no traceback
+            log.warning("reviewer guard: %s", err)
+            self._on_failure()
+            return
         except Exception:
             log.exception("guarding reviewer sessions failed")
             self._on_failure()
