@@ -207,3 +207,37 @@ def test_a_day_retires_with_its_outcome_and_request_chains(
     assert f"outcomes day {DAY1}: retired, yet 1 outcomes rows of this day exist" in [
         str(p) for p in report.problems
     ]
+
+
+def test_a_production_decision_filled_after_its_request_was_sealed_still_verifies(
+    logged: Engine,
+    make_sealer: Callable[..., ChainSealer],
+    requests_sample: list[MirrorRequest],
+    chain_dir: Path,
+) -> None:
+    """The outcome join updates a sealed request: that is the service's own write, not an edit."""
+    from service.storage.chain_verify import verify
+    from tests.tamper.chain_helpers import witness_file
+
+    writer = DecisionLogWriter(logged, keeper=PartitionKeeper(logged, days_back=0))
+    at = midnight(DAY1) + 9_000.0
+    silent = dataclasses.replace(
+        requests_sample[2], request_id="d-0", request_time=at, production=None
+    )
+    writer.write(request_batch([silent]))
+    sealer = make_sealer()
+    sealer.seal_all()  # the request is sealed without a production decision
+    writer.write(LogBatch(outcomes=[_outcome("d-0", at + 10, option=2)]))
+    sealer.seal_all()
+
+    with logged.connect() as conn:
+        filled = conn.execute(
+            text(
+                "SELECT production_option, production_source FROM requests WHERE request_id = 'd-0'"
+            )
+        ).one()
+    assert tuple(filled) == (2, "outcome")
+    report = verify(
+        logged, [sealer.anchor.path], sealer.anchor.key, witnesses=[witness_file(chain_dir)]
+    )
+    assert report.ok, report.first
