@@ -173,7 +173,14 @@ def build_service(
             )
         )
         service.http_app.include_router(
-            reviewer_router(ReviewerAccess(service.engine), authority, metrics)
+            reviewer_router(
+                ReviewerAccess(
+                    service.engine,
+                    statement_timeout_ms=round(settings.reviewer_statement_timeout_s * 1000),
+                ),
+                authority,
+                metrics,
+            )
         )
     service.http_socket = bind_socket(settings.http_host, settings.http_port)
     return service

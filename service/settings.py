@@ -182,6 +182,10 @@ class Settings(BaseSettings):
     reviewer_idle_limit_s: float = Field(default=60.0, gt=0)
     """Longest a direct reviewer session may sit idle inside a transaction before it is ended."""
 
+    reviewer_statement_timeout_s: float = Field(default=30.0, ge=0.001, le=3600)
+    """Statement timeout of each reviewer API read (set per transaction by the service, out of
+    the reviewer's reach); a read past it answers 503 and is logged as `timeout`."""
+
     chain_key_file: Path | None = None
     """HMAC-SHA256 key signing the chain anchor (created 0600 when missing); defaults to
     `<data_dir>/chain.key`. The database never sees it: keep it off the database host."""
