@@ -30,7 +30,7 @@ from rich.table import Table
 from sqlalchemy import Engine, select
 
 from service.cli_errors import decision_log_url
-from service.cli_evaluation import (
+from service.cli_options import (
     Policies,
     Since,
     Tenant,
