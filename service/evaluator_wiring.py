@@ -42,7 +42,7 @@ from service.pipeline.evaluator import (
     EvaluatorObserver,
     Watched,
 )
-from service.pipeline.evaluator_metrics import EvaluatorMetrics, evaluator_families
+from service.pipeline.evaluator_metrics import EvaluatorMetrics
 from service.pipeline.leader import Lease, holder_id
 from service.pipeline.outcome_drift_monitor import MAX_WINDOW_OUTCOMES, OutcomeDriftMonitor
 from service.protocols import ProtocolDesk, ProtocolRecords, RecordedProtocol, policy_refs
@@ -336,8 +336,7 @@ def wire_evaluator(
         logging=protocols.logging_profile,
     )
     lease = Lease(store, config.lease_name, holder or holder_id(), config.lease_ttl_s)
-    families = evaluator_families(service.metrics, service.metrics.registry)
-    observer: EvaluatorObserver = EvaluatorMetrics(families)
+    observer: EvaluatorObserver = EvaluatorMetrics(service.metrics)
     calibration = calibration_monitor(service)
     if calibration is not None:  # a step after each tick (docs/calibration.md)
         observer = CalibrationStep(observer, calibration)

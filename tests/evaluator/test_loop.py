@@ -17,9 +17,10 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
 from service.evaluator_wiring import StoredEvidence
+from service.metrics import ServiceMetrics
 from service.pipeline.candidate_gate import CandidateGate
 from service.pipeline.evaluator import Cursor, Evaluator, EvaluatorConfig, Watched
-from service.pipeline.evaluator_metrics import EvaluatorGauges, EvaluatorMetrics
+from service.pipeline.evaluator_metrics import EvaluatorMetrics
 from service.pipeline.leader import Lease
 from service.protocols import (
     Action,
@@ -102,7 +103,7 @@ class Rig:
             self.store,
             source,
             Lease(self.store, "evaluator", holder, ttl_s, lease_clock),
-            EvaluatorMetrics(self.families),
+            EvaluatorMetrics(self.metrics),
             StoredEvidence(self.store, records),
             EvaluatorConfig(interval_s=0.05),
             self.gate,
@@ -110,10 +111,10 @@ class Rig:
         )
 
     @property
-    def families(self) -> EvaluatorGauges:
-        if not hasattr(self, "_families"):
-            self._families = EvaluatorGauges.register(self.registry)
-        return self._families
+    def metrics(self) -> ServiceMetrics:
+        if not hasattr(self, "_metrics"):
+            self._metrics = ServiceMetrics(self.registry)
+        return self._metrics
 
     def sample(self, name: str, **labels: str) -> float | None:
         return self.registry.get_sample_value(name, labels)
