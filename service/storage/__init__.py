@@ -6,7 +6,7 @@ The public API is re-exported here (pinned by ``tests/storage``)::
     open_database / start_embedded / stop_embedded     where the database is
     upgrade / downgrade / head_revision                 Alembic, no alembic.ini
     make_engine / database_healthy                      engines, /readyz
-    rows_from / decision_rows / outcome_row             rows from contract objects
+    rows_from / outcome_row                             rows from contract objects
     DecisionLogWriter(engine).write(LogBatch) -> WriteResult
     count_requests / count_decisions / decisions_for / load_raw_request / logged_request
     joined_outcomes / pending_outcomes / count_dangling_outcomes / conflicts
@@ -23,19 +23,19 @@ from service.storage.admin import (
     url_with_database,
 )
 from service.storage.convert import (
-    decision_rows,
     outcome_row,
     rows_from,
     unpack_probabilities,
     unpack_scores,
 )
+from service.storage.db_probe import database_healthy
 from service.storage.embedded import (
     EmbeddedPostgres,
     running_pid,
     start_embedded,
     stop_embedded,
 )
-from service.storage.engine import database_healthy, make_engine, unavailable_on_failure
+from service.storage.engine import make_engine, unavailable_on_failure
 from service.storage.evaluation_store import EvaluationStore
 from service.storage.migrate import current_revision, downgrade, head_revision, upgrade
 from service.storage.outcomes import (
@@ -104,7 +104,6 @@ __all__ = [
     "create_database",
     "current_revision",
     "database_healthy",
-    "decision_rows",
     "decisions_for",
     "downgrade",
     "drop_database",

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import psycopg
-from sqlalchemy import Engine, create_engine, exc, text
+from sqlalchemy import Engine, create_engine, exc
 
 from service.contract.errors import Unavailable
 
@@ -60,60 +59,3 @@ def unavailable_on_failure(action: str) -> Iterator[None]:
         cause = getattr(err, "orig", None) or err
         detail = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
         raise Unavailable(f"database unavailable while {action}: {detail}") from err
-
-
-@dataclass(frozen=True, slots=True)
-class DatabaseStatus:
-    """What one health query found.
-
-    Attributes:
-        reachable: the server answered (a connection opened and a statement ran).
-        healthy: reachable and the schema is at the migration head.
-        detail: "ok", or why not.
-    """
-
-    reachable: bool
-    healthy: bool
-    detail: str
-
-
-def database_status(engine: Engine, timeout_s: float = 1.0) -> DatabaseStatus:
-    """Whether the server answers, and whether the decision log can be written now.
-
-    Checks that a connection opens, a statement runs within `timeout_s`, and
-    the schema is at the migration head (a service on an old schema would
-    fail every write). Never raises. The statement timeout is enforced by the
-    server: a server that is stopped (SIGSTOP) does not answer at all, so
-    callers that must not wait run this under their own bound
-    (`service.storage.db_probe`, `service.readiness`).
-    """
-    from service.storage.migrate import head_revision  # alembic import only when asked
-
-    try:
-        with unavailable_on_failure("checking health"), engine.connect() as conn:
-            # SET LOCAL ends with the transaction, so the pooled connection keeps no trace.
-            conn.execute(text(f"SET LOCAL statement_timeout = {max(1, int(timeout_s * 1000))}"))
-            try:
-                revision = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
-            except exc.ProgrammingError:  # no alembic_version table: never migrated
-                revision = None
-            conn.rollback()
-    except Unavailable as err:
-        return DatabaseStatus(False, False, str(err))
-    except exc.SQLAlchemyError as err:  # anything else: report, /readyz must not crash
-        return DatabaseStatus(False, False, f"database check failed: {err}")
-    head = head_revision()
-    if revision != head:
-        return DatabaseStatus(
-            True,
-            False,
-            f"database schema is at revision {revision or 'none'}, expected {head}; "
-            "run `understudy db upgrade`",
-        )
-    return DatabaseStatus(True, True, "ok")
-
-
-def database_healthy(engine: Engine, timeout_s: float = 1.0) -> tuple[bool, str]:
-    """Whether the decision log can be written now, and why not (`database_status`)."""
-    status = database_status(engine, timeout_s)
-    return status.healthy, status.detail
