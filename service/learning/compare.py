@@ -41,7 +41,7 @@ from service.environment import ContextPool, World, build_pool, load_scenario, o
 from service.environment.scenario import Scenario
 from service.learning.instrument import Instrumented
 from service.learning.pooled import decide_on_pool
-from service.learning.stats import Interval, over_seeds, rounded
+from service.learning.stats import interval_dict, interval_from_dict, over_seeds, rounded
 from service.policies.base import Policy
 from service.policies.planner import LcbPlanner
 from service.policies.registry import load_registry
@@ -194,7 +194,7 @@ def _one(
 def _summary(per_seed: list[dict[str, float]]) -> dict[str, Any]:
     keys = per_seed[0].keys()
     return {
-        "intervals": {k: over_seeds([s[k] for s in per_seed]).to_dict() for k in keys},
+        "intervals": {k: interval_dict(*over_seeds([s[k] for s in per_seed])) for k in keys},
         "per_seed": [{k: rounded(v) for k, v in s.items()} for s in per_seed],
     }
 
@@ -252,5 +252,5 @@ def steps(spec: CompareSpec, n_policies: int) -> int:
 
 def verdict(interval: dict[str, Any]) -> str:
     """``wins`` / ``loses`` / ``no difference`` from a difference's interval dict."""
-    sign = Interval(interval["mean"] or 0.0, interval["lo"], interval["hi"], interval["n"]).sign
+    sign = interval_from_dict(interval).sign
     return {1: "wins", -1: "loses", 0: "no difference"}[sign]

@@ -7,8 +7,11 @@ seeds is the honest error of a figure: the 95% interval is Student's t,
     mean ± t_{0.975, K-1} · sd / sqrt(K)
 
 over the ``K`` per-seed values (paired differences are formed within a seed
-before this step). With one seed no interval exists and ``lo``/``hi`` are
-null rather than a made-up width.
+before this step). With one seed no interval exists: the interval is
+unbounded and ``lo``/``hi`` are null in JSON rather than a made-up width.
+
+The interval is the project's one `service.ope.Interval` (method
+``student-t``); the mean travels beside it, as an estimate's value does.
 """
 
 from __future__ import annotations
@@ -16,54 +19,57 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from scipy import stats as sps
 
+from service.ope.results import Interval, IntervalMethod
+
 DIGITS = 6
 """Figures are rounded to this many decimals in JSON, so reruns compare byte for byte."""
 
 
-@dataclass(frozen=True, slots=True)
-class Interval:
-    """A mean over seeds with its 95% t-interval (None when it cannot be formed)."""
-
-    mean: float
-    lo: float | None
-    hi: float | None
-    n: int
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready, rounded."""
-        return {
-            "mean": rounded(self.mean),
-            "lo": rounded(self.lo),
-            "hi": rounded(self.hi),
-            "n": self.n,
-        }
-
-    @property
-    def sign(self) -> int:
-        """+1 if the interval lies above 0, -1 if below, 0 if it straddles 0 or is missing."""
-        if self.lo is not None and self.lo > 0:
-            return 1
-        if self.hi is not None and self.hi < 0:
-            return -1
-        return 0
+LEVEL = 0.95
+"""Nominal level of every seed interval (the JSON form does not carry it)."""
 
 
-def over_seeds(values: Sequence[float], level: float = 0.95) -> Interval:
-    """Mean and Student-t interval of per-seed `values` (NaNs dropped)."""
+def over_seeds(values: Sequence[float], level: float = LEVEL) -> tuple[float, Interval]:
+    """Mean and Student-t interval of per-seed `values` (NaNs dropped).
+
+    The interval is unbounded when fewer than two seeds remain; the mean is NaN
+    when none does.
+    """
     x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=np.float64)
     if len(x) == 0:
-        return Interval(math.nan, None, None, 0)
+        return math.nan, Interval.unbounded(level, IntervalMethod.STUDENT_T, 0)
     mean = float(x.mean())
     if len(x) < 2:
-        return Interval(mean, None, None, len(x))
+        return mean, Interval.unbounded(level, IntervalMethod.STUDENT_T, len(x))
     half = float(sps.t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
-    return Interval(mean, mean - half, mean + half, len(x))
+    return mean, Interval(mean - half, mean + half, level, IntervalMethod.STUDENT_T, len(x))
+
+
+def interval_dict(mean: float, interval: Interval) -> dict[str, Any]:
+    """JSON-ready, rounded: ``{mean, lo, hi, n}``; an unbounded end is null."""
+    return {
+        "mean": rounded(mean),
+        "lo": rounded(interval.lower),
+        "hi": rounded(interval.upper),
+        "n": interval.n,
+    }
+
+
+def interval_from_dict(document: dict[str, Any]) -> Interval:
+    """The seed interval back from `interval_dict`'s form (a null end is unbounded)."""
+    lo, hi = document["lo"], document["hi"]
+    return Interval(
+        -math.inf if lo is None else float(lo),
+        math.inf if hi is None else float(hi),
+        LEVEL,
+        IntervalMethod.STUDENT_T,
+        int(document["n"]),
+    )
 
 
 def rounded(value: float | None) -> float | None:

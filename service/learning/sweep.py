@@ -28,7 +28,7 @@ from service.environment import job_outcomes, load_scenario, run_policy, run_pro
 from service.environment.scenario import Scenario
 from service.learning.compare import load_candidates
 from service.learning.shifts import FAMILIES, Condition, condition
-from service.learning.stats import over_seeds, rounded
+from service.learning.stats import interval_dict, over_seeds, rounded
 from service.policies.base import Policy
 
 SCHEMA = "understudy-sweep/v1"
@@ -86,9 +86,9 @@ def sweep_point(
     """Production's value and each policy's paired difference at one condition."""
     prod = {(s, e): _episode_reward(cond, None, s, e) for s in seeds for e in range(episodes)}
     out: dict[str, Any] = {
-        "production": over_seeds(
-            [float(np.mean([prod[(s, e)] for e in range(episodes)])) for s in seeds]
-        ).to_dict()
+        "production": interval_dict(
+            *over_seeds([float(np.mean([prod[(s, e)] for e in range(episodes)])) for s in seeds])
+        )
     }
     for p in policies:
         value, diff = [], []
@@ -97,8 +97,8 @@ def sweep_point(
             value.append(float(np.mean(r)))
             diff.append(float(np.mean([r[e] - prod[(s, e)] for e in range(episodes)])))
         out[p.name] = {
-            "value": over_seeds(value).to_dict(),
-            "vs_production": over_seeds(diff).to_dict(),
+            "value": interval_dict(*over_seeds(value)),
+            "vs_production": interval_dict(*over_seeds(diff)),
             "per_seed_vs_production": [rounded(d) for d in diff],
         }
     return out

@@ -14,7 +14,8 @@ from numpy.typing import NDArray
 from scipy import stats
 
 from service.contract import InvalidInput
-from service.ope.results import Interval, IntervalMethod
+from service.ope.intervals import clopper_pearson
+from service.ope.results import Interval
 
 LEVELS: tuple[float, float, float] = (0.5, 0.8, 0.9)
 """Nominal central interval levels reported."""
@@ -110,12 +111,8 @@ def pit(
 
 
 def _binomial(k: int, n: int, p: float, confidence: float) -> tuple[Interval, float]:
-    test = stats.binomtest(k, n, p)
-    ci = test.proportion_ci(confidence_level=confidence, method="exact")
-    interval = Interval(
-        float(ci.low), float(ci.high), confidence, IntervalMethod.CLOPPER_PEARSON, n
-    )
-    return interval, float(test.pvalue)
+    """The exact interval of ``k / n`` (the one `clopper_pearson`) and the exact test of `p`."""
+    return clopper_pearson(k, n, confidence), float(stats.binomtest(k, n, p).pvalue)
 
 
 def _logged(taus: Sequence[float], tau: float) -> bool:

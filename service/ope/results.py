@@ -65,6 +65,8 @@ class IntervalMethod(StrEnum):
     OFF_POLICY_BETTING_CS = "off-policy-betting-cs"
     PROPORTION_CS = "proportion-cs"
     CLOPPER_PEARSON = "clopper-pearson"
+    STUDENT_T = "student-t"
+    """Student's t over independent replications (seeds), `service.learning.stats.over_seeds`."""
 
     @property
     def anytime_valid(self) -> bool:
@@ -103,6 +105,19 @@ class Interval:
     def contains(self, value: float) -> bool:
         """Whether ``lower <= value <= upper``."""
         return self.lower <= value <= self.upper
+
+    @property
+    def sign(self) -> int:
+        """+1 if the interval lies above 0, -1 if below, 0 if it straddles 0 or is unbounded.
+
+        The sign of a difference's interval is a comparison's verdict (wins / loses /
+        no difference), so it lives with the interval rather than with each caller.
+        """
+        if self.lower > 0:
+            return 1
+        if self.upper < 0:
+            return -1
+        return 0
 
     def intersect(self, other: Interval) -> Interval:
         """The running intersection of two bounds of one sequence (still anytime-valid)."""

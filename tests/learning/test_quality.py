@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
+from service.learning.compare import verdict
 from service.learning.quality import LEVELS, GroupBaseline, coverage, pinball, quality_figures
-from service.learning.stats import Interval, dumps, over_seeds, rounded
+from service.learning.stats import dumps, interval_dict, interval_from_dict, over_seeds, rounded
+from service.ope import Interval, IntervalMethod
 
 
 def test_pinball_by_hand() -> None:
@@ -65,14 +67,30 @@ def test_quality_figures_report_ratios_against_each_baseline() -> None:
 
 def test_seed_intervals_are_student_t() -> None:
     values = [0.1, 0.3, 0.2, 0.6]
-    i = over_seeds(values)
+    mean, i = over_seeds(values)
     half = sps.t.ppf(0.975, 3) * np.std(values, ddof=1) / 2
-    assert i.mean == pytest.approx(0.3) and i.n == 4
-    assert i.lo == pytest.approx(0.3 - half) and i.hi == pytest.approx(0.3 + half)
-    assert over_seeds([0.5]) == Interval(0.5, None, None, 1)
-    assert over_seeds([math.nan]).n == 0
-    assert Interval(1.0, 0.5, 1.5, 3).sign == 1 and Interval(-1.0, -2.0, -0.1, 3).sign == -1
-    assert Interval(0.0, -1.0, 1.0, 3).sign == 0 and Interval(1.0, None, None, 1).sign == 0
+    assert mean == pytest.approx(0.3) and i.n == 4
+    assert i.lower == pytest.approx(0.3 - half) and i.upper == pytest.approx(0.3 + half)
+    assert i.method is IntervalMethod.STUDENT_T and i.level == 0.95
+    assert over_seeds([0.5]) == (0.5, Interval.unbounded(0.95, IntervalMethod.STUDENT_T, 1))
+    assert over_seeds([math.nan])[1].n == 0
+    t = IntervalMethod.STUDENT_T
+    assert Interval(0.5, 1.5, 0.95, t, 3).sign == 1 and Interval(-2.0, -0.1, 0.95, t, 3).sign == -1
+    assert Interval(-1.0, 1.0, 0.95, t, 3).sign == 0 and over_seeds([1.0])[1].sign == 0
+
+
+def test_seed_interval_json_has_null_ends_without_an_interval_and_round_trips() -> None:
+    assert interval_dict(*over_seeds([0.5])) == {"mean": 0.5, "lo": None, "hi": None, "n": 1}
+    assert interval_dict(*over_seeds([])) == {"mean": None, "lo": None, "hi": None, "n": 0}
+    doc = interval_dict(*over_seeds([0.1, 0.3, 0.2, 0.6]))
+    assert doc["mean"] == 0.3 and doc["n"] == 4 and doc["lo"] < 0.3 < doc["hi"]
+    back = interval_from_dict(doc)
+    assert (back.lower, back.upper, back.n) == (doc["lo"], doc["hi"], 4)
+    assert interval_from_dict(interval_dict(*over_seeds([0.5]))).sign == 0
+    assert verdict(interval_dict(*over_seeds([1.0, 1.1, 1.2]))) == "wins"
+    assert verdict(interval_dict(*over_seeds([-1.0, -1.1, -1.2]))) == "loses"
+    assert verdict(interval_dict(*over_seeds([-1.0, 1.0, 0.1]))) == "no difference"
+    assert verdict(interval_dict(*over_seeds([1.0]))) == "no difference"
 
 
 def test_json_is_canonical() -> None:

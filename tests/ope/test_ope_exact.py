@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
+from service.contract import InvalidInput
 from service.ope import (
     AsymptoticCS,
     BanditData,
@@ -273,6 +274,32 @@ def test_clopper_pearson_by_hand() -> None:
     assert iv.lower == 0 and iv.upper == pytest.approx(1 - 0.025 ** (1 / 10), abs=1e-12)
     iv = clopper_pearson(10, 10, level=0.95)
     assert iv.upper == 1 and iv.lower == pytest.approx(0.025 ** (1 / 10), abs=1e-12)
+
+
+@pytest.mark.parametrize("trials", [1, 2, 7, 50, 1000])
+@pytest.mark.parametrize("level", [0.5, 0.95, 0.999])
+def test_clopper_pearson_is_scipys_exact_interval_and_the_beta_form(
+    trials: int, level: float
+) -> None:
+    """The one exact interval equals scipy's and the beta-quantile closed form, ends included."""
+    a = 1 - level
+    for k in sorted({0, 1, trials // 3, trials // 2, trials - 1, trials}):
+        iv = clopper_pearson(k, trials, level=level)
+        ci = stats.binomtest(k, trials).proportion_ci(confidence_level=level, method="exact")
+        assert (iv.lower, iv.upper) == (ci.low, ci.high)
+        lo = 0.0 if k == 0 else stats.beta.ppf(a / 2, k, trials - k + 1)
+        hi = 1.0 if k == trials else stats.beta.ppf(1 - a / 2, k + 1, trials - k)
+        assert iv.lower == pytest.approx(lo, abs=1e-10) and iv.upper == pytest.approx(hi, abs=1e-10)
+        assert iv.method is IntervalMethod.CLOPPER_PEARSON and iv.n == trials
+    assert clopper_pearson(0, trials, level=level).lower == 0.0
+    assert clopper_pearson(trials, trials, level=level).upper == 1.0
+
+
+def test_clopper_pearson_refuses_no_trials() -> None:
+    with pytest.raises(InvalidInput):
+        clopper_pearson(0, 0)
+    with pytest.raises(InvalidInput):
+        clopper_pearson(3, 2)
 
 
 def _reference_capital(phi: list[float], alpha: float, grid: np.ndarray, c: float) -> np.ndarray:
