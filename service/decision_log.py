@@ -20,7 +20,7 @@ from service.pipeline.scorer import ScoredBatch, SinkResult
 from service.pipeline.scoring import ScoredDecision
 from service.policies.base import DecisionStatus
 from service.policies.manifest import Manifest
-from service.storage.convert import outcome_row, rows_from
+from service.storage.convert import PROBABILITIES_DTYPE, SCORES_DTYPE, outcome_row, rows_from
 from service.storage.rows import DecisionRow, LogBatch, PolicyRow, SnapshotRow
 from service.storage.writer import DecisionLogWriter
 
@@ -35,6 +35,9 @@ _STATUS_VALUES = {status: status.value for status in DecisionStatus}
 
 def decision_row(d: ScoredDecision, scored_at: float) -> DecisionRow:
     """The log row of one scored decision; predictions kept for the chosen option.
+
+    The one decision-row builder: `DecisionLogSink` calls it for every decision
+    of a batch, and the storage tests build their rows with it.
 
     Runs once per request per policy on the scorer's thread, so each value is
     read once (a prediction is converted once, not once to test and once to keep).
@@ -57,8 +60,8 @@ def decision_row(d: ScoredDecision, scored_at: float) -> DecisionRow:
         chosen_probability=_optional(d.chosen_probability),
         production_probability=_optional(d.production_probability),
         defer_probability=_optional(d.defer_probability),
-        scores_f32=np.asarray(d.scores, dtype="<f4").tobytes(),
-        probabilities_f64=np.asarray(d.probabilities, dtype="<f8").tobytes(),
+        scores_f32=np.asarray(d.scores, dtype=SCORES_DTYPE).tobytes(),
+        probabilities_f64=np.asarray(d.probabilities, dtype=PROBABILITIES_DTYPE).tobytes(),
         predicted=predicted,
         raw_favourite_infeasible=d.raw_favourite_infeasible,
         agrees_with_production=d.agrees_with_production,

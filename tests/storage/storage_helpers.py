@@ -8,8 +8,10 @@ import numpy as np
 from sqlalchemy import Engine, text
 
 from service.contract import DEFER, MirrorRequest, Outcome, ProductionDecision
+from service.decision_log import decision_row
+from service.pipeline.scoring import ScoredDecision
 from service.policies.base import DecisionStatus, PolicyDecisions
-from service.storage import DecisionRow, LogBatch, decision_rows, rows_from
+from service.storage import DecisionRow, LogBatch, rows_from
 from service.wire.convert import mirror_request_to_pb
 
 FEATURES = ("features-v1", "f" * 64)
@@ -55,20 +57,69 @@ def fake_decisions(requests: Sequence[MirrorRequest], seed: int = 0) -> PolicyDe
     )
 
 
+def scored_of(
+    requests: Sequence[MirrorRequest],
+    decisions: PolicyDecisions,
+    policy: str,
+    version: str,
+    latency_us: float,
+) -> list[ScoredDecision]:
+    """Per-request `ScoredDecision`s of `decisions`, keeping the policy's own choices.
+
+    What the scorer hands `DecisionLogSink` (`service.pipeline.scoring`), except
+    that the scorer draws the chosen option from the probabilities; a test that
+    checks what was logged needs to know the choice in advance, so it is taken
+    from `decisions.chosen`.
+    """
+    scores = np.asarray(decisions.scores, dtype=np.float32)
+    probs = np.asarray(decisions.probabilities, dtype=np.float64)
+    out = []
+    start = 0
+    for r, request in enumerate(requests):
+        end = start + request.options.n_options
+        chosen = int(decisions.chosen[r])
+        defer = float(decisions.defer_probability[r])
+        production = request.production
+        production_p: float | None = None
+        if production is not None:
+            production_p = (
+                defer if production.option == DEFER else float(probs[start + production.option])
+            )
+        out.append(
+            ScoredDecision(
+                request_id=request.request_id,
+                request_time=request.request_time,
+                policy=policy,
+                policy_version=version,
+                status=decisions.status[r],
+                chosen=chosen,
+                chosen_probability=defer if chosen == DEFER else float(probs[start + chosen]),
+                production_probability=production_p,
+                defer_probability=defer,
+                scores=scores[start:end],
+                probabilities=probs[start:end],
+                raw_favourite_infeasible=bool(decisions.raw_favourite_infeasible[r]),
+                agrees_with_production=(
+                    chosen == production.option if production is not None else None
+                ),
+                latency_us=latency_us,
+                predictions=(
+                    {name: values[start:end] for name, values in decisions.predictions.items()}
+                    if decisions.predictions
+                    else None
+                ),
+            )
+        )
+        start = end
+    return out
+
+
 def decisions_of(
     requests: Sequence[MirrorRequest], policy: str = "p1", version: str = "1", seed: int = 0
 ) -> list[DecisionRow]:
-    """Decision rows of one policy over `requests`."""
-    offsets = np.concatenate([[0], np.cumsum([r.options.n_options for r in requests])])
-    return decision_rows(
-        requests,
-        offsets.astype(np.int64),
-        fake_decisions(requests, seed),
-        policy_name=policy,
-        policy_version=version,
-        latency_us=250,
-        scored_at=1_700_000_100.0,
-    )
+    """Decision rows of one policy over `requests`, built as `DecisionLogSink` builds them."""
+    scored = scored_of(requests, fake_decisions(requests, seed), policy, version, 250.0)
+    return [decision_row(d, 1_700_000_100.0) for d in scored]
 
 
 def outcome_for(

@@ -33,7 +33,6 @@ PUBLIC = {
     "create_database",
     "current_revision",
     "database_healthy",
-    "decision_rows",
     "decisions_for",
     "downgrade",
     "drop_database",
