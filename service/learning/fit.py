@@ -2,11 +2,11 @@
 
 **Outcome predictor.** Three gradient-boosted quantile regressors (q10, q50,
 q90) of log throughput over `OUTCOME_FEATURES` rows of the option production
-chose — the same model class and export path as the Gavel predictor
-(`service.policies.build_models.predictor_fit`), fitted on simulated logs
-instead of the isolated-throughput table. Its 80% interval is conformalized
-(CQR, Romano, Patterson & Candès 2019) with an offset from out-of-fold scores
-where the folds are whole *episodes* (rows of one episode share a cluster
+chose — the same model class, out-of-fold fit (`out_of_fold`) and export path
+as the Gavel predictor (`service.policies.build_models.predictor_fit`), fitted
+on simulated logs instead of the isolated-throughput table. Its 80% interval is
+conformalized (CQR, Romano, Patterson & Candès 2019) with an offset from
+out-of-fold scores where the folds are whole *episodes* (rows of one episode share a cluster
 history, so a row-wise split would calibrate on near-copies). The shipped
 model is refitted on every row with that offset (the CV+ idea, Barber et al.
 2021). An offset below zero is clipped to zero (the interval is never
@@ -41,6 +41,8 @@ from service.policies.build_models.predictor_fit import (
     QuantileModels,
     conformal_offset,
     fit_models,
+    out_of_fold,
+    tree_params,
 )
 
 
@@ -48,32 +50,11 @@ from service.policies.build_models.predictor_fit import (
 class LearningConfig:
     """Hyper-parameters of both models; recorded in the manifests."""
 
-    median: dict[str, Any] = field(
-        default_factory=lambda: {
-            "n_estimators": 150,
-            "max_depth": 4,
-            "learning_rate": 0.1,
-            "min_samples_leaf": 20,
-        }
-    )
-    bounds: dict[str, Any] = field(
-        default_factory=lambda: {
-            "n_estimators": 120,
-            "max_depth": 3,
-            "learning_rate": 0.1,
-            "min_samples_leaf": 20,
-        }
-    )
+    median: dict[str, Any] = field(default_factory=lambda: tree_params(150, 4, 0.1, 20))
+    bounds: dict[str, Any] = field(default_factory=lambda: tree_params(120, 3, 0.1, 20))
     coverage: float = 0.8
     n_folds: int = 3
-    scorer: dict[str, Any] = field(
-        default_factory=lambda: {
-            "n_estimators": 150,
-            "max_depth": 3,
-            "learning_rate": 0.1,
-            "min_samples_leaf": 20,
-        }
-    )
+    scorer: dict[str, Any] = field(default_factory=lambda: tree_params(150, 3, 0.1, 20))
     weight_clip: float = 20.0
 
     def predictor_config(self, seed: int) -> PredictorConfig:
@@ -102,11 +83,7 @@ def fit_outcome_predictor(
     pc = config.predictor_config(seed)
     x, y = rows.outcome_x, rows.log_throughput
     fold = episode_folds(rows.episode, config.n_folds, seed)
-    pred = np.zeros((rows.n, 3))
-    for f in range(config.n_folds):
-        test = fold == f
-        pred[test] = fit_models(x[~test], y[~test], pc).raw_log(x[test])
-    scores = np.maximum(pred[:, 0] - y, y - pred[:, 2])
+    pred, scores = out_of_fold(x, y, fold, pc)  # every row is in one of the folds
     models = fit_models(x, y, pc)
     # A negative offset would narrow the interval and could cross the median (the
     # exported graph orders the raw quantiles before the offset): keep it >= 0.

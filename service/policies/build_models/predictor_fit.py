@@ -42,26 +42,28 @@ from sklearn.ensemble import GradientBoostingRegressor
 from service.policies.build_models.gavel import GavelTable, fastest_single_gpu_class
 
 
+def tree_params(
+    n_estimators: int, max_depth: int, learning_rate: float, min_samples_leaf: int
+) -> dict[str, Any]:
+    """The boosting hyper-parameters a config sets, as `GradientBoostingRegressor` keywords.
+
+    One place for both configs (this one and `service.learning.fit.LearningConfig`);
+    the key order is the order the manifests record.
+    """
+    return {
+        "n_estimators": n_estimators,
+        "max_depth": max_depth,
+        "learning_rate": learning_rate,
+        "min_samples_leaf": min_samples_leaf,
+    }
+
+
 @dataclass(frozen=True)
 class PredictorConfig:
     """Hyper-parameters; the median model is deeper so it resolves 5% gaps between classes."""
 
-    median: dict[str, Any] = field(
-        default_factory=lambda: {
-            "n_estimators": 300,
-            "max_depth": 6,
-            "learning_rate": 0.2,
-            "min_samples_leaf": 1,
-        }
-    )
-    bounds: dict[str, Any] = field(
-        default_factory=lambda: {
-            "n_estimators": 200,
-            "max_depth": 3,
-            "learning_rate": 0.1,
-            "min_samples_leaf": 3,
-        }
-    )
+    median: dict[str, Any] = field(default_factory=lambda: tree_params(300, 6, 0.2, 1))
+    bounds: dict[str, Any] = field(default_factory=lambda: tree_params(200, 3, 0.1, 3))
     coverage: float = 0.8
     n_folds: int = 4
     seed: int = 0
@@ -105,6 +107,29 @@ def fit_models(
     return QuantileModels(fit(0.1, config.bounds), fit(0.5, config.median), fit(0.9, config.bounds))
 
 
+def out_of_fold(
+    x: NDArray[np.float32],
+    y: NDArray[np.float64],
+    fold: NDArray[np.int64],
+    config: PredictorConfig,
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Out-of-fold raw log quantiles ``(n, 3)`` and their conformity scores ``(n,)``.
+
+    The one quantile-fit routine of both builds (the Gavel predictor here, the
+    outcome predictor in `service.learning.fit`): rows of fold ``f`` in
+    ``range(config.n_folds)`` are predicted by `fit_models` on every other row,
+    and scored ``E_i = max(lo_i - y_i, y_i - hi_i)`` (CQR). A row of any other
+    fold (``-1``: never held out) keeps quantiles of zero and a NaN score.
+    """
+    pred = np.zeros((len(y), 3))
+    for f in range(config.n_folds):
+        test = fold == f
+        pred[test] = fit_models(x[~test], y[~test], config).raw_log(x[test])
+    held = (fold >= 0) & (fold < config.n_folds)
+    scores = np.where(held, np.maximum(pred[:, 0] - y, y - pred[:, 2]), np.nan)
+    return pred, scores
+
+
 def conformal_offset(scores: NDArray[np.float64], coverage: float) -> float:
     """The finite-sample conformal quantile of `scores` for `coverage`."""
     s = np.sort(scores)
@@ -138,12 +163,8 @@ def evaluate(
     """Held-out-scale error, baseline, coverage; returns (figures, out-of-fold scores)."""
     x, y = table.features, np.log(table.throughput)
     fold = scale_folds(table, config.seed, config.n_folds)
-    pred = np.zeros((len(table), 3))
-    for f in range(config.n_folds):
-        test = fold == f
-        pred[test] = fit_models(x[~test], y[~test], config).raw_log(x[test])
+    pred, scores = out_of_fold(x, y, fold, config)
     held = fold >= 0
-    scores = np.where(held, np.maximum(pred[:, 0] - y, y - pred[:, 2]), np.nan)
     covered = np.zeros(len(table), dtype=bool)
     for f in range(config.n_folds):
         c = conformal_offset(scores[held & (fold != f)], config.coverage)
