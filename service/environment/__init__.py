@@ -39,7 +39,12 @@ from service.environment.episode import (
     run_policy,
     run_production,
 )
-from service.environment.recording import EpisodeLog, LoggedDecision, log_episode
+from service.environment.recording import (
+    EpisodeLog,
+    LoggedDecision,
+    log_episode,
+    simulated_episodes,
+)
 from service.environment.reference import LeastLoaded, RandomFeasible, ThroughputAware
 from service.environment.scenario import (
     EmulatorMode,
@@ -97,4 +102,5 @@ __all__ = [
     "run_policy",
     "run_production",
     "scenario_names",
+    "simulated_episodes",
 ]

@@ -10,6 +10,9 @@ before the action — the starting point of the per-decision ground truth.
 Both contract paths are supported: ``mirror_before=False`` puts production's
 decision on the request (Runtime mirrors after deciding); ``True`` leaves it
 off the request and puts it on the outcome (Runtime mirrors before deciding).
+
+`simulated_episodes` is the same run reduced to what the service receives
+(requests and outcomes), for the training summaries' drift references.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from service.environment.episode import (
     run_production,
 )
 from service.environment.policy_kit import Distribution
+from service.environment.scenario import load_scenario
 from service.environment.sim import Simulator
 from service.environment.world import World
 
@@ -172,3 +176,26 @@ def log_episode(world: World, seed: int, episode: int, mirror_before: bool = Fal
         outcomes=tuple(outcomes),
         final=sim,
     )
+
+
+def simulated_episodes(
+    scenario: str, seed: int, episodes: range, jobs_per_episode: int | None = None
+) -> list[tuple[list[MirrorRequest], dict[str, Outcome]]]:
+    """Each episode's mirrored requests (forced defers included) and its outcomes by request id.
+
+    What Runtime would send for episodes `episodes` of `scenario` under `seed`:
+    the training summaries' drift references are built on it (the
+    ``Episode`` of `service.policies.outcome_summary`). It lives here, with the
+    simulator, so that ``policies`` never imports the environment: the build
+    code that needs episodes (`service.learning.training_summaries`) calls it
+    and passes them down.
+    """
+    s = load_scenario(scenario)
+    if jobs_per_episode is not None:
+        s = s.replace(jobs_per_episode=jobs_per_episode)
+    world = World(s)
+    out: list[tuple[list[MirrorRequest], dict[str, Outcome]]] = []
+    for e in episodes:
+        log = log_episode(world, seed, e)
+        out.append((list(log.requests), {o.request_id: o for o in log.outcomes}))
+    return out

@@ -11,6 +11,7 @@ Modules, by whether they may import the build-time ML stack:
     run_manifest  what a compare/sweep run depended on, for reruns    (runtime)
     shifts, sweep value vs production as a shift grows                (runtime)
     plots         sweep figures                                       (runtime: matplotlib)
+    training_summaries  regenerate policies/*/training_summary.json  (build time)
 
 Only `fit` and `train` import scikit-learn, skl2onnx or onnx, and importing
 this package imports neither; a test reads every module's imports to keep it

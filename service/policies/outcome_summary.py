@@ -38,7 +38,10 @@ from service.ope.outcome_drift import (
 )
 
 Episode = tuple[list[MirrorRequest], dict[str, Outcome]]
-"""One simulated episode: every mirrored request, and the outcomes by request id."""
+"""One simulated episode: every mirrored request, and the outcomes by request id.
+
+Built by `service.environment.simulated_episodes` and passed in by the build code
+(`service.learning.training_summaries`): the policies never import the environment."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -89,23 +92,6 @@ def outcome_from_dict(data: Mapping[str, Any] | None) -> OutcomeSummary | None:
         for r in data["rules"]
     )
     return OutcomeSummary(reference, rules, str(data["source"]))
-
-
-def simulated_episodes(
-    scenario: str, seed: int, episodes: range, jobs_per_episode: int | None = None
-) -> list[Episode]:
-    """Each episode's mirrored requests (forced defers included) and its outcomes."""
-    from service.environment import World, load_scenario, log_episode
-
-    s = load_scenario(scenario)
-    if jobs_per_episode is not None:
-        s = s.replace(jobs_per_episode=jobs_per_episode)
-    world = World(s)
-    out: list[Episode] = []
-    for e in episodes:
-        log = log_episode(world, seed, e)
-        out.append((list(log.requests), {o.request_id: o for o in log.outcomes}))
-    return out
 
 
 def episode_rows(episodes: Sequence[Episode]) -> tuple[OutcomeRows, NDArray[np.int64]]:

@@ -8,7 +8,7 @@ kinds seen, and the calibrated per-window flag rules (`service.ope.drift`),
 each with its arrival check: the training median of the window's arrival
 statistic and its two-sided threshold (null for a policy trained on synthetic
 requests, whose times are indices, not an arrival process). The arrival check
-of a simulator-trained policy is calibrated on `ARRIVAL_EPISODES` episodes of
+of a simulator-trained policy is calibrated on ``ARRIVAL_EPISODES`` episodes of
 its training scenario and seed that follow the ones it was trained on: the
 same conditions, but enough episodes to hold the rare retry storms that
 dominate a window's arrival statistic (docs/drift.md).
@@ -40,20 +40,21 @@ policy whose model reads other features (``lcb-planner`` reads the outcome
 features of the same requests) or was fitted on the chosen option only
 (``iwr-scorer``): its inputs at serving time are all options.
 
-``python -m service.policies.training_summary`` recomputes every summary from
-the data each policy was trained on, with the seeds in its manifest's
-``build`` block (see `_sources`), and writes them with sorted keys, so a
-rerun writes the same bytes. Rerun it whenever the feature hash changes: a
-summary for another feature definition is refused at load (`load_summary`).
-Baselines have no training data and no summary.
+``python -m service.learning.training_summaries`` (`COMMAND`) recomputes
+every summary from the data each policy was trained on, with the seeds in its
+manifest's ``build`` block, and writes them with sorted keys, so a rerun
+writes the same bytes. Rerun it whenever the feature hash changes: a summary
+for another feature definition is refused at load (`load_summary`).
+Baselines have no training data and no summary. This module computes a
+summary from given inputs (`summarise`); where the inputs come from — the
+simulator's episodes, the synthetic requests — is that build entry point's
+business, so that the policies never import the environment.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,17 +77,16 @@ from service.policies.outcome_summary import (
     Episode,
     OutcomeSummary,
     outcome_from_dict,
-    simulated_episodes,
     summarise_outcomes,
 )
 
 SCHEMA = "understudy-training-summary/v2"
 SUMMARY_FILE = "training_summary.json"
+COMMAND = "python -m service.learning.training_summaries"
+"""What regenerates every summary (`service.learning.training_summaries`)."""
 WINDOW_SIZES = (250, 500, 1000, 2000, 4000, 8000)
 """Window sizes (requests) a flag rule is calibrated for."""
 CALIBRATION_WINDOWS = 1000
-ARRIVAL_EPISODES = 1000
-"""Training-condition episodes the arrival check is calibrated on (simulated sources)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -225,7 +225,7 @@ def load_summary(
             policy,
             f"`{SUMMARY_FILE}` `feature_hash` {str(data.get('feature_hash'))[:12]} differs from the"
             f" running feature function `{features.version}` {features.definition_hash[:12]};"
-            " regenerate it with `python -m service.policies.training_summary`",
+            f" regenerate it with `{COMMAND}`",
         )
     if tuple(data.get("feature_names", ())) != tuple(features.names):
         raise PolicyLoadError(policy, f"`{SUMMARY_FILE}` `feature_names` differ from the running")
@@ -235,7 +235,7 @@ def load_summary(
         raise PolicyLoadError(policy, f"`{SUMMARY_FILE}` is malformed: {exc!r}") from exc
 
 
-# --- the generator --------------------------------------------------------------------
+# --- computing a summary from its inputs (the build: service.learning.training_summaries) ---
 
 
 @dataclass(frozen=True, eq=False)
@@ -289,92 +289,6 @@ def featurise(groups: Sequence[Sequence[MirrorRequest]]) -> tuple[
 def request_times(groups: Sequence[Sequence[MirrorRequest]]) -> NDArray[np.float64]:
     """Every request's ``request_time``, groups concatenated (each episode restarts its clock)."""
     return np.array([r.request_time for g in groups for r in g], dtype=np.float64)
-
-
-def simulated_requests(
-    scenario: str, seed: int, episodes: range, jobs_per_episode: int | None = None
-) -> list[list[MirrorRequest]]:
-    """Every mirrored request (forced defers included) of each episode, as Runtime sends them."""
-    logs = simulated_episodes(scenario, seed, episodes, jobs_per_episode)
-    return [requests for requests, _ in logs]
-
-
-def _sources(policies_dir: Path) -> dict[str, TrainingInputs]:
-    """Per ONNX policy, its training requests (read from each manifest's ``build`` block)."""
-    import yaml
-
-    from service.policies.build_models.scorer_fit import synthetic_batch
-
-    out: dict[str, TrainingInputs] = {}
-    cache: dict[str, TrainingInputs] = {}  # policies trained on the same logs share them
-    for path in sorted(policies_dir.glob("*/policy.yaml")):
-        m = yaml.safe_load(path.read_text())
-        if m.get("kind") != "policy":
-            continue
-        build = m.get("build") or {}
-        name = m["name"]
-        arrival_groups: Callable[[], Any] | None
-        if build.get("command") == "understudy train":
-            st = build["settings"]
-            seed, n_ep = int(st["seed"]), int(st["episodes"])
-            jobs = st.get("jobs_per_episode")
-            source = (
-                f"every request (forced defers included) of simulated scenario `train`,"
-                f" seed {seed},"
-                f" episodes 0-{n_ep - 1} — the episodes `understudy train` logged to fit it"
-            )
-            gen = {"data": "simulated", "scenario": "train", "seed": seed, "episodes": n_ep}
-            if jobs is not None:
-                gen["jobs_per_episode"] = jobs
-
-            def groups_of(seed: int = seed, n_ep: int = n_ep, jobs: Any = jobs) -> Any:
-                return simulated_episodes("train", seed, range(n_ep), jobs)
-
-            def arrival_of(seed: int = seed, n_ep: int = n_ep, jobs: Any = jobs) -> Any:
-                episodes = range(n_ep, n_ep + ARRIVAL_EPISODES)  # never trained on
-                return simulated_episodes("train", seed, episodes, jobs)
-
-            arrival_groups = arrival_of
-
-            gen["arrival_episodes"] = f"{n_ep}-{n_ep + ARRIVAL_EPISODES - 1}"
-
-        elif build.get("command") == "python -m service.policies.build_models":
-            seed = int(build["seed"])
-
-            def groups_of(seed: int = seed, n_ep: int = 0, jobs: Any = None) -> Any:
-                requests = list(synthetic_batch(seed, 600).requests)
-                return [(requests[i : i + 8], {}) for i in range(0, len(requests), 8)]  # a cluster
-
-            source = f"synthetic requests (service.policies.synthetic, seed {seed}), 600 requests"
-            arrival_groups = None  # request_time is the request's index: no arrival process
-            gen = {"data": "synthetic", "seed": seed, "requests": 600, "group": 8}
-        else:
-            continue
-        key = json.dumps(gen, sort_keys=True)
-        if key not in cache:
-            trained = groups_of()
-            x, offsets, starts, cats = featurise([g for g, _ in trained])
-            times = a_starts = held_out = None
-            if arrival_groups is not None:
-                held_out = arrival_groups()
-                a_groups = [g for g, _ in held_out]
-                times = request_times(a_groups)
-                sizes = [len(g) for g in a_groups]
-                a_starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-            cache[key] = TrainingInputs(
-                source,
-                x,
-                offsets,
-                starts,
-                cats,
-                gen,
-                times,
-                a_starts,
-                trained_episodes=trained if held_out is not None else None,
-                held_out_episodes=held_out,
-            )
-        out[name] = cache[key]
-    return out
 
 
 def summarise(
@@ -437,7 +351,7 @@ def summarise(
         reference=reference,
         rules=rules,
         generator={
-            "command": "python -m service.policies.training_summary",
+            "command": COMMAND,
             "calibration_seed": seed,
             "numpy": np.__version__,
             **inputs.generator,
@@ -451,34 +365,3 @@ def write_summary(summary: TrainingReference, directory: Path) -> Path:
     path = directory / SUMMARY_FILE
     path.write_text(json.dumps(summary.to_dict(), sort_keys=True, indent=1) + "\n")
     return path
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Regenerate every ONNX policy's summary under ``--policies``."""
-    from rich.console import Console
-
-    parser = argparse.ArgumentParser(prog="python -m service.policies.training_summary")
-    parser.add_argument("--policies", type=Path, default=Path("policies"), help="policies folder")
-    parser.add_argument("--seed", type=int, default=0, help="calibration seed")
-    args = parser.parse_args(argv)
-    console = Console(stderr=True)
-    if not args.policies.is_dir():
-        console.print(f"[red]`--policies` {args.policies} is not a folder[/red]")
-        return 2
-    for name, inputs in _sources(args.policies).items():
-        summary = summarise(name, inputs, seed=args.seed)
-        path = write_summary(summary, args.policies / name)
-        thresholds = ", ".join(
-            f"{r.window_requests}: {r.threshold:.2f}"
-            + ("" if r.arrival_threshold is None else f" / arrival ±{r.arrival_threshold:.2f}")
-            for r in summary.rules
-        )
-        console.print(
-            f"{path}: {summary.reference.n_rows} rows, {summary.n_requests} requests,"
-            f" {summary.n_groups} groups; thresholds {{{thresholds}}}"
-        )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

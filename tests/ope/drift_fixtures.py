@@ -11,9 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
+from service.environment import simulated_episodes
 from service.ope.drift import WindowAccumulator, WindowDrift, select_rule
 from service.ope.outcome_drift import OutcomeRows, OutcomeWindow, check_window
-from service.policies.outcome_summary import episode_rows, simulated_episodes
+from service.policies.outcome_summary import episode_rows
 from service.policies.training_summary import (
     TrainingReference,
     featurise,

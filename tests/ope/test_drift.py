@@ -181,7 +181,7 @@ def test_select_rule_takes_the_largest_window_not_above_the_setting() -> None:
 
 
 def test_shipped_summaries_load_with_the_running_feature_function() -> None:
-    # fails when the feature hash moved: rerun `python -m service.policies.training_summary`
+    # fails when the feature hash moved: rerun `python -m service.learning.training_summaries`
     for name in ("gavel-scorer", "iwr-scorer", "lcb-planner"):
         s = load_summary(POLICIES_DIR / name)
         assert s is not None, name
@@ -208,7 +208,7 @@ def test_a_summary_for_another_feature_definition_is_refused(tmp_path: Path) -> 
     (folder / SUMMARY_FILE).write_text(json.dumps(data))
     with pytest.raises(PolicyLoadError, match=r"`feature_hash` 000000000000 differs") as info:
         load_summary(folder)
-    assert "python -m service.policies.training_summary" in info.value.problem
+    assert "python -m service.learning.training_summaries" in info.value.problem
     (folder / SUMMARY_FILE).write_text(json.dumps({**data, "schema": "v0"}))
     with pytest.raises(PolicyLoadError, match="`schema` must be"):
         load_summary(folder)

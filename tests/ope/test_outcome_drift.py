@@ -16,7 +16,7 @@ import math
 import numpy as np
 import pytest
 
-from service.environment import World, load_scenario, log_episode
+from service.environment import World, load_scenario, log_episode, simulated_episodes
 from service.ope.outcome_drift import (
     MIN_CLASS_OUTCOMES,
     OutcomeRows,
@@ -30,7 +30,6 @@ from service.policies.outcome_summary import (
     OutcomeSummary,
     episode_rows,
     outcome_from_dict,
-    simulated_episodes,
 )
 from tests.ope.drift_fixtures import shipped_summary
 

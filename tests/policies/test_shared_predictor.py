@@ -17,9 +17,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.contract import DEFAULT_FEATURES
+from service.environment import simulated_episodes
 from service.pipeline.scoring import score_requests
 from service.policies.onnx_policy import OnnxPredictor
-from service.policies.outcome_summary import simulated_episodes
 from service.policies.planner import LcbPlanner
 from service.policies.registry import load_registry
 
