@@ -28,15 +28,15 @@ from benchmarks import workload
 from benchmarks.harness import BenchResult, Row, Target
 from benchmarks.policyset import policy_set
 from service.contract import DEFAULT_FEATURES
-from service.decision_log import DecisionLogSink
 from service.pipeline.scorer import LoggedRequest, ScoredBatch
 from service.pipeline.scoring import score_requests
 from service.policies.registry import Registry
+from service.server.decision_log import DecisionLogSink
 from service.storage import make_engine, open_database, upgrade
 from service.storage.embedded import stop_embedded
-from service.storage.rows import LogBatch, WriteResult
-from service.storage.staging import DECISIONS, REQUESTS, SNAPSHOTS, Stage
-from service.storage.writer import DecisionLogWriter
+from service.storage.log.rows import LogBatch, WriteResult
+from service.storage.log.staging import DECISIONS, REQUESTS, SNAPSHOTS, Stage
+from service.storage.log.writer import DecisionLogWriter
 from service.wire.convert import mirror_request_from_pb
 from service.wire.understudy.v1 import contract_pb2
 

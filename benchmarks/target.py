@@ -204,10 +204,10 @@ def understudy(args: argparse.Namespace) -> None:
     from functools import partial
 
     from benchmarks.policyset import policy_set
-    from service.app import build_service
     from service.auth import token_digest
     from service.pipeline.scorer import ScorerLoop
     from service.pipeline.scorer_process import ProcessScorer
+    from service.server.app import build_service
     from service.settings import Settings
 
     settings = Settings(

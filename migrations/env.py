@@ -11,7 +11,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection, create_engine, pool
 
-from service.storage.tables import metadata
+from service.storage.log.tables import metadata
 
 config = context.config
 

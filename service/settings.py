@@ -1,6 +1,6 @@
 """Service settings: one pydantic-settings class, environment prefix ``UNDERSTUDY_``.
 
-Built once in the composition root (`service.app`) and passed down; no module
+Built once in the composition root (`service.server.app`) and passed down; no module
 holds an instance. Every field's docstring is its documentation
 (``understudy settings`` prints them).
 """

@@ -13,11 +13,11 @@ import httpx
 import pytest
 from hypothesis import settings as hypothesis_settings
 
-from service.app import Service, build_service
 from service.auth import token_digest
 from service.contract import MirrorRequest
+from service.environment.samples import sample_requests, shared_data_dir
 from service.policies.registry import Registry
-from service.samples import sample_requests, shared_data_dir
+from service.server.app import Service, build_service
 from service.settings import Settings
 from service.wire.understudy.v1 import shadow_pb2_grpc
 from tests.pg_fixtures import TEMPLATE, db_url, fresh_db, pg_dir, pg_home, pg_server

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from service.demo import run_demo
+from service.cli.demo import run_demo
 from service.storage import stop_embedded
 from service.storage.admin import EMBEDDED_SUBDIR
 from tests.pg_fixtures import pg_home

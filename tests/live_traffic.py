@@ -11,10 +11,10 @@ import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from service.app import Service
 from service.client import MirrorClient
 from service.contract import MirrorRequest, Outcome
 from service.policies.manifest import Manifest
+from service.server.app import Service
 from service.wire.convert import mirror_request_to_pb, outcome_to_pb
 
 

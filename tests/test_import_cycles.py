@@ -8,7 +8,7 @@ absolute and relative — and the strongly connected components are found with
 Tarjan's algorithm (networkx is not a dependency).
 
 An edge goes from a module to the module it names: ``from service.storage import
-tables`` points at ``service.storage.tables`` when that is a module, and
+tables`` points at ``service.storage.log.tables`` when that is a module, and
 ``from service.storage import make_engine`` at the package ``service.storage``.
 Importing a submodule also runs its package's ``__init__``, but that implicit
 edge is left out: a package re-exporting its own submodules is not a cycle.

@@ -1,7 +1,7 @@
 """Experiment protocols: recorded versions with their content hash, and append-only events.
 
 Written by hand, like 0001, because the guarantees live in PostgreSQL itself,
-not only in the code that writes (``service/storage/protocol_store.py`` mirrors
+not only in the code that writes (``service/storage/stores/protocol.py`` mirrors
 the tables as SQLAlchemy Core; a test compares the two):
 
 - ``protocol_events`` is append-only: UPDATE, DELETE and TRUNCATE are refused

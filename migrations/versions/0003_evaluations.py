@@ -1,7 +1,7 @@
 """The evaluator: its lease with a fencing generation, evaluations, evidence snapshots.
 
 Written by hand, like 0001 and 0002, because the guarantees live in PostgreSQL
-(``service/storage/evaluation_store.py`` mirrors the tables as SQLAlchemy
+(``service/storage/stores/evaluation.py`` mirrors the tables as SQLAlchemy
 Core; a test compares the two):
 
 - ``evaluator_leases``: one row per lease (``evaluator``). Taking over an

@@ -1,7 +1,7 @@
 """Reviewer access: a read-only database role, documented views, the reviewer access log.
 
 Written by hand, like 0001-0003, because the guarantees live in PostgreSQL
-(``service/storage/reviewer_tables.py`` mirrors the access log as SQLAlchemy
+(``service/storage/reviewer/tables.py`` mirrors the access log as SQLAlchemy
 Core; a test compares the two). docs/reviewer.md documents every view.
 
 - ``understudy_reviewer``: a LOGIN role with SELECT on every table and view

@@ -1,6 +1,6 @@
 """Tamper evidence: a chain position on every decision, the hash chain, retirements.
 
-Written by hand, like 0001-0003 (``service/storage/chain_tables.py`` mirrors
+Written by hand, like 0001-0003 (``service/storage/chain/tables.py`` mirrors
 the tables as SQLAlchemy Core; a test compares the two). docs/tamper_evidence.md
 explains the design; in short:
 

@@ -19,7 +19,7 @@ this revision takes away:
 - **timeouts.** The role's defaults gain ``idle_in_transaction_session_timeout``
   and, on PostgreSQL 17+, ``transaction_timeout``. A role may always change its
   own defaults and session settings, so these are courtesy limits; the
-  service's reviewer guard (``service/storage/reviewer_guard.py``) ends
+  service's reviewer guard (``service/storage/reviewer/guard.py``) ends
   reviewer sessions over the limit and puts changed defaults back.
 - **the access log** gets ``status``: the HTTP status the query was answered
   with (null on rows written before this revision), and two outcomes:

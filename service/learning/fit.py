@@ -3,7 +3,7 @@
 **Outcome predictor.** Three gradient-boosted quantile regressors (q10, q50,
 q90) of log throughput over `OUTCOME_FEATURES` rows of the option production
 chose — the same model class, out-of-fold fit (`out_of_fold`) and export path
-as the Gavel predictor (`service.policies.build_models.predictor_fit`), fitted
+as the Gavel predictor (`service.learning.build_models.predictor_fit`), fitted
 on simulated logs instead of the isolated-throughput table. Its 80% interval is
 conformalized (CQR, Romano, Patterson & Candès 2019) with an offset from
 out-of-fold scores where the folds are whole *episodes* (rows of one episode share a cluster
@@ -35,8 +35,7 @@ import numpy as np
 from numpy.typing import NDArray
 from sklearn.ensemble import GradientBoostingRegressor
 
-from service.learning.logs import LoggedRows
-from service.policies.build_models.predictor_fit import (
+from service.learning.build_models.predictor_fit import (
     PredictorConfig,
     QuantileModels,
     conformal_offset,
@@ -44,6 +43,7 @@ from service.policies.build_models.predictor_fit import (
     out_of_fold,
     tree_params,
 )
+from service.learning.logs import LoggedRows
 
 
 @dataclass(frozen=True)

@@ -39,10 +39,10 @@ from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 from service.contract import DEFAULT_FEATURES, FEATURE_NAMES, N_FEATURES
 from service.environment import World, build_pool, load_scenario
 from service.learning import assess, fit
+from service.learning.build_models import export
+from service.learning.build_models.__main__ import PROVIDERS, summarise
+from service.learning.build_models.predictor_fit import QuantileModels
 from service.learning.logs import LoggedRows, collect
-from service.policies.build_models import export
-from service.policies.build_models.__main__ import PROVIDERS, summarise
-from service.policies.build_models.predictor_fit import QuantileModels
 from service.policies.manifest import (
     MANIFEST_FILE,
     Manifest,

@@ -40,7 +40,7 @@ def sources(policies_dir: Path) -> dict[str, TrainingInputs]:
     """Per ONNX policy, its training requests (read from each manifest's ``build`` block)."""
     import yaml
 
-    from service.policies.build_models.scorer_fit import synthetic_batch
+    from service.learning.build_models.scorer_fit import synthetic_batch
 
     out: dict[str, TrainingInputs] = {}
     cache: dict[str, TrainingInputs] = {}  # policies trained on the same logs share them
@@ -75,7 +75,7 @@ def sources(policies_dir: Path) -> dict[str, TrainingInputs]:
 
             gen["arrival_episodes"] = f"{n_ep}-{n_ep + ARRIVAL_EPISODES - 1}"
 
-        elif build.get("command") == "python -m service.policies.build_models":
+        elif build.get("command") == "python -m service.learning.build_models":
             seed = int(build["seed"])
 
             def groups_of(seed: int = seed, n_ep: int = 0, jobs: Any = None) -> Any:

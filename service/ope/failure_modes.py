@@ -3,7 +3,7 @@
 An aggregate value can hide the cases a reviewer most needs to see. These
 functions take per-round arrays (one entry per logged decision) and return
 ranked tables; reading the log and decoding requests is the caller's job
-(``service.evaluation_report.failure_section``). Shapes: ``n`` rounds.
+(``service.reports.ope.failure_section``). Shapes: ``n`` rounds.
 
 - `disagreements`: rounds where the candidate's choice differs from
   production's, ranked by the predicted impact of the difference,

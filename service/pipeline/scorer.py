@@ -131,7 +131,7 @@ class BatchScorer:
             scale = max(1.0, len(requests) / REFERENCE_BATCH)
             for run in runs:
                 self.quarantine.record(run.policy, self._strike(run, scale))
-        if self.on_scored is not None and decisions:  # drift (service.pipeline.drift_monitor)
+        if self.on_scored is not None and decisions:  # drift (service.evaluator.drift_monitor)
             self.on_scored(scored, decisions)
         self._observer.on_batch(len(requests), runs, decisions)
         batch = ScoredBatch(

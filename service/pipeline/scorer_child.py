@@ -212,7 +212,7 @@ def child_main(
     link = ChildLink(conn)
     try:
         link.scorer = factory(PipeSignal(stop_conn), link)
-        if runtime.gc_frozen:  # as `service.app.tune_garbage_collector` does in the parent
+        if runtime.gc_frozen:  # as `service.server.app.tune_garbage_collector` does in the parent
             gc.freeze()
         link.report("ready", os.getpid())
         while True:

@@ -1,7 +1,7 @@
 """The ``outcome`` block of a training summary: per-cell throughput medians and outcome rules.
 
 Kept beside ``training_summary.json``'s feature reference for a policy trained
-on simulated episodes (`service.ope.outcome_drift` says what is compared and
+on simulated episodes (`service.checks.outcome_drift` says what is compared and
 why). Format (optional key ``outcome`` of ``understudy-training-summary/v2``;
 absent for a policy trained on synthetic requests, which have no outcomes)::
 
@@ -25,8 +25,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from service.contract import MirrorRequest, Outcome
-from service.ope.outcome_drift import (
+from service.checks.outcome_drift import (
     OUTCOME_ALPHA,
     OUTCOME_WINDOW_SIZES,
     OutcomeReference,
@@ -36,6 +35,7 @@ from service.ope.outcome_drift import (
     calibrate_outcome,
     outcome_rows,
 )
+from service.contract import MirrorRequest, Outcome
 
 Episode = tuple[list[MirrorRequest], dict[str, Outcome]]
 """One simulated episode: every mirrored request, and the outcomes by request id.

@@ -4,7 +4,7 @@ The manifest's ``training_data`` block (means, 5/50/95% quantiles) says what
 a model saw in words and a few numbers; drift needs more: per contract
 feature the PSI bin edges and reference proportions, a 201-point quantile
 grid with its CDF (KS), min/max (support), the hardware classes and workload
-kinds seen, and the calibrated per-window flag rules (`service.ope.drift`),
+kinds seen, and the calibrated per-window flag rules (`service.checks.drift`),
 each with its arrival check: the training median of the window's arrival
 statistic and its two-sided threshold (null for a policy trained on synthetic
 requests, whose times are indices, not an arrival process). The arrival check
@@ -30,7 +30,7 @@ fields, so a v1 file is refused and must be regenerated)::
 A policy trained on simulated episodes also gets the ``outcome`` block: per
 cell (model family x hardware class x accelerators) the training median log
 throughput of placed jobs, and outcome rules calibrated on the
-arrival-calibration episodes (`service.ope.outcome_drift`): the check that
+arrival-calibration episodes (`service.checks.outcome_drift`): the check that
 sees hardware running slower than in training, which no request shows.
 
 Drift compares what the scorer computes once per batch — the *contract*
@@ -62,8 +62,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from service.contract import DEFAULT_FEATURES, FeatureFunction, MirrorRequest
-from service.ope.drift import (
+from service.checks.drift import (
     DEFAULT_ALPHA,
     FeatureReference,
     FlagRule,
@@ -72,6 +71,7 @@ from service.ope.drift import (
     calibrate_arrival,
     request_categories,
 )
+from service.contract import DEFAULT_FEATURES, FeatureFunction, MirrorRequest
 from service.policies.errors import PolicyLoadError
 from service.policies.outcome_summary import (
     Episode,

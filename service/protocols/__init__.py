@@ -3,7 +3,7 @@
 A protocol fixes, before any data is seen, what a shadow or online-bounded
 experiment measures, what counts as success, what stops it and what rolls it
 back. Pure: no transport, storage or metrics imports; storage plugs in through
-`ProtocolRecords` (``service.storage.protocol_store``). See docs/protocols.md.
+`ProtocolRecords` (``service.storage.stores.protocol``). See docs/protocols.md.
 
 ::
 
@@ -22,8 +22,6 @@ from service.protocols.check import (
     Severity,
     Validation,
     check_protocol,
-    policy_refs,
-    policy_refs_from_directory,
     validate_document,
 )
 from service.protocols.desk import (
@@ -124,8 +122,6 @@ __all__ = [
     "load_protocol",
     "next_state",
     "parse_protocol",
-    "policy_refs",
-    "policy_refs_from_directory",
     "to_document",
     "validate_document",
 ]

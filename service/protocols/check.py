@@ -20,24 +20,15 @@ collected, so one run tells the author everything:
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from service.contract.errors import InvalidInput
 from service.contract.hardware import KNOWN_HARDWARE
 from service.protocols.lock import content_hash
 from service.protocols.parse import parse_protocol
 from service.protocols.schema import Estimator, IfNotIdentifiable, Mode, PolicyRef, Protocol
-
-if TYPE_CHECKING:
-    from service.policies.registry import Registry
-
-GREEDY_PREDICTOR = "gavel-throughput"
-"""`service.policies.registry.DEFAULT_PREDICTOR`, named here so offline checks skip onnxruntime."""
 
 DETERMINISTIC_PROPENSITY = 1.0 - 1e-9
 """A logged propensity at or above this is "production was certain"."""
@@ -212,7 +203,7 @@ def check_protocol(
 
     Args:
         protocol: a parsed protocol.
-        policies: name -> the registered policy (see `policy_refs`); None = not known,
+        policies: name -> the registered policy (`service.server.policy_refs`); None = not known,
             reported as a warning (and refused online, where the artifact must be pinned).
         logging: production's logging profile; None = not known (a warning).
 
@@ -247,40 +238,3 @@ def validate_document(
     protocol = parse_protocol(document)
     warnings = check_protocol(protocol, policies=policies, logging=logging)
     return Validation(protocol, content_hash(protocol), warnings)
-
-
-def policy_refs(registry: Registry) -> dict[str, PolicyRef]:
-    """Registered policies of a loaded registry: ONNX ones with their sha256, baselines without."""
-    out: dict[str, PolicyRef] = {}
-    for name, policy in registry.policies.items():
-        manifest = registry.manifests.get(name)
-        out[name] = PolicyRef(name, policy.version, manifest.model_sha256 if manifest else None)
-    return out
-
-
-def policy_refs_from_directory(root: Path) -> dict[str, PolicyRef]:
-    """What `load_registry(root)` would register, from manifests and file hashes only.
-
-    For offline validation without starting ONNX Runtime: a manifest whose
-    model file does not hash to its declared sha256 is left out, as the
-    registry would refuse it. Built-in baselines are included (throughput-greedy
-    only when its predictor is present).
-    """
-    from service.policies.baselines import BASELINE_VERSION, builtin_baselines
-    from service.policies.errors import PolicyLoadError
-    from service.policies.manifest import MANIFEST_FILE, ManifestKind, load_manifest
-
-    out = {b.name: PolicyRef(b.name, BASELINE_VERSION) for b in builtin_baselines()}
-    for path in sorted(root.glob(f"*/{MANIFEST_FILE}")):
-        try:
-            m = load_manifest(path)
-            intact = hashlib.sha256(m.model_path.read_bytes()).hexdigest() == m.model_sha256
-        except (PolicyLoadError, OSError):
-            continue
-        if not intact:
-            continue
-        if m.kind is ManifestKind.POLICY:
-            out[m.name] = PolicyRef(m.name, m.version, m.model_sha256)
-        elif m.name == GREEDY_PREDICTOR:
-            out["throughput-greedy"] = PolicyRef("throughput-greedy", BASELINE_VERSION)
-    return out

@@ -3,7 +3,7 @@
 HTTP, the CLI and the evaluator all go through `ProtocolDesk`, so the rules
 (`service.protocols.lifecycle`), the lock (`service.protocols.lock`) and the
 checks (`check_protocol`) hold whichever door a caller uses. Storage is
-plugged in through `ProtocolRecords`, which `service.storage.protocol_store`
+plugged in through `ProtocolRecords`, which `service.storage.stores.protocol`
 implements on PostgreSQL; the desk never imports it.
 
 Every transition is one call to `ProtocolRecords.transition`, which moves the

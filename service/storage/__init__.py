@@ -22,12 +22,6 @@ from service.storage.admin import (
     open_database,
     url_with_database,
 )
-from service.storage.convert import (
-    outcome_row,
-    rows_from,
-    unpack_probabilities,
-    unpack_scores,
-)
 from service.storage.db_probe import database_healthy
 from service.storage.embedded import (
     EmbeddedPostgres,
@@ -36,9 +30,13 @@ from service.storage.embedded import (
     stop_embedded,
 )
 from service.storage.engine import make_engine, unavailable_on_failure
-from service.storage.evaluation_store import EvaluationStore
-from service.storage.migrate import current_revision, downgrade, head_revision, upgrade
-from service.storage.outcomes import (
+from service.storage.log.convert import (
+    outcome_row,
+    rows_from,
+    unpack_probabilities,
+    unpack_scores,
+)
+from service.storage.log.outcomes import (
     ConflictRecord,
     JoinedOutcome,
     PendingOutcome,
@@ -49,19 +47,8 @@ from service.storage.outcomes import (
     pending_outcomes,
     rejoin_pending,
 )
-from service.storage.partitions import PartitionKeeper, ensure_partitions, list_partitions
-from service.storage.protocol_store import ProtocolStore
-from service.storage.queries import (
-    LoggedDecision,
-    LoggedRequest,
-    count_decisions,
-    count_requests,
-    decisions_for,
-    load_raw_request,
-    logged_request,
-    reused_request_ids,
-)
-from service.storage.rows import (
+from service.storage.log.partitions import PartitionKeeper, ensure_partitions, list_partitions
+from service.storage.log.rows import (
     Counts,
     DecisionRow,
     LogBatch,
@@ -72,8 +59,21 @@ from service.storage.rows import (
     SnapshotRow,
     WriteResult,
 )
-from service.storage.summaries import PolicySummary, policy_summaries
-from service.storage.writer import DecisionLogWriter
+from service.storage.log.writer import DecisionLogWriter
+from service.storage.migrate import current_revision, downgrade, head_revision, upgrade
+from service.storage.reads.log import (
+    LoggedDecision,
+    LoggedRequest,
+    count_decisions,
+    count_requests,
+    decisions_for,
+    load_raw_request,
+    logged_request,
+    reused_request_ids,
+)
+from service.storage.reads.summaries import PolicySummary, policy_summaries
+from service.storage.stores.evaluation import EvaluationStore
+from service.storage.stores.protocol import ProtocolStore
 
 __all__ = [
     "ConflictRecord",

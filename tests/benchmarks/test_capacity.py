@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from service.capacity import Coefficients, CostModel, CostPoint, check, fit, plan, replica_rate
-from service.cli import app
+from service.cli.main import app
 
 SERVER = Coefficients(a=300e-6, e=40e-6, f=2e-6)
 POSTGRES = Coefficients(a=20e-6, e=8e-6, f=0.1e-6)

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from service.cli import app
-from service.cli_ope_table import FLAGS
-from service.evaluation_report.marks import MarkKind
+from service.cli.main import app
+from service.cli.ope_table import FLAGS
+from service.reports.ope.marks import MarkKind
 from tests.demo_log import short_demo_log
 
 pytestmark = pytest.mark.slow  # the demo run takes ~20 s on 2 cores

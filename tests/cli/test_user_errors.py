@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
-from service.cli import app
-from service.cli_errors import UserError
+from service.cli.errors import UserError
+from service.cli.main import app
 from service.storage import running_pid, start_embedded, stop_embedded
 from service.storage.admin import EMBEDDED_SUBDIR
 from tests.pg_fixtures import pg_home

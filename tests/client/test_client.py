@@ -20,10 +20,10 @@ import grpc
 import pytest
 
 import service.client
-from service.app import Service
 from service.client import MirrorClient
 from service.contract import MirrorRequest
 from service.pipeline.journal_format import RecordKind
+from service.server.app import Service
 from service.wire.convert import mirror_request_to_pb
 from service.wire.understudy.v1 import contract_pb2, shadow_pb2
 

@@ -29,9 +29,9 @@ from rich.console import Console
 from sqlalchemy import Engine
 from typer.testing import CliRunner
 
-from service.cli import app
-from service.demo import run_demo
-from service.demo_protocol import load_protocol
+from service.cli.demo import run_demo
+from service.cli.demo_protocol import load_protocol
+from service.cli.main import app
 from service.protocols import State
 from service.storage import (
     ProtocolStore,

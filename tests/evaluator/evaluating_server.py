@@ -1,6 +1,6 @@
 """`understudy serve` with the evaluator wired: a replica for the two-process leadership test.
 
-Does what `service.app.serve` does (build, start, print one JSON line with
+Does what `service.server.app.serve` does (build, start, print one JSON line with
 the ports, run until SIGTERM), plus `wire_evaluator` with test timings from
 the environment and one test seam: before applying a verdict it writes
 ``$EVAL_MARKER`` (pid, action, criterion) and then waits until the test
@@ -25,11 +25,11 @@ import threading
 import time
 from pathlib import Path
 
-from service.app import build_service
-from service.evaluator_wiring import wire_evaluator
-from service.pipeline.evaluator import EvaluatorConfig
+from service.evaluator.loop import EvaluatorConfig
 from service.protocols import RecordedProtocol
 from service.protocols.verdicts import Verdict
+from service.server.app import build_service
+from service.server.evaluator_wiring import wire_evaluator
 from service.settings import Settings
 
 

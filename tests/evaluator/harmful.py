@@ -20,7 +20,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from service.pipeline.candidate_gate import CandidateGate
+from service.evaluator.candidate_gate import CandidateGate
 from service.policies.base import Policy, PolicyDecisions, ScoringBatch
 from service.policies.predictor import Predictor
 from service.policies.probabilities import ProbabilityRule, RuleKind, decide_from_scores

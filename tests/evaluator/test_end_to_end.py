@@ -29,19 +29,19 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
-from service.app import Service
 from service.auth import token_digest
 from service.contract import MirrorRequest, Outcome
 from service.environment import World, load_scenario, log_episode
-from service.evaluator_wiring import wire_evaluator
-from service.pipeline.candidate_gate import CandidateGate
-from service.pipeline.evaluator import Evaluator, EvaluatorConfig
+from service.evaluator.candidate_gate import CandidateGate
+from service.evaluator.loop import Evaluator, EvaluatorConfig
 from service.policies.registry import load_registry
 from service.protocols.criteria import Evaluation, Status
+from service.server.app import Service
+from service.server.evaluator_wiring import wire_evaluator
 from service.settings import Settings
 from service.storage import count_decisions
-from service.storage.evaluation_store import EvaluationStore
-from service.storage.outcomes import count_joined_outcomes
+from service.storage.log.outcomes import count_joined_outcomes
+from service.storage.stores.evaluation import EvaluationStore
 from tests.evaluator.conftest import protocol_doc
 from tests.evaluator.harmful import NAME, VERSION, SlowestThroughput, gated_registry
 from tests.live_traffic import GENEROUS_BUDGET_MS, generous, send_events, wait_drained, wait_for

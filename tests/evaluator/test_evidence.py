@@ -6,7 +6,6 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.evidence import FORMAT, build_package
 from service.protocols import (
     Action,
     ActorRole,
@@ -20,6 +19,7 @@ from service.protocols import (
     to_document,
 )
 from service.protocols.criteria import Evaluation, Role, Status
+from service.reports.protocol import FORMAT, build_package
 from tests.evaluator.conftest import protocol_doc
 
 PNG = b"\x89PNG\r\n\x1a\n"

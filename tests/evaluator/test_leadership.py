@@ -40,7 +40,7 @@ from sqlalchemy import Engine
 from service.auth import token_digest
 from service.protocols import ActorRole, Identity, ProtocolDesk, State
 from service.storage import ProtocolStore, make_engine
-from service.storage.evaluation_store import EvaluationStore
+from service.storage.stores.evaluation import EvaluationStore
 from tests.evaluator.conftest import protocol_doc
 
 TTL_S = 10.0

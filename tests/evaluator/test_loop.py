@@ -16,12 +16,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
-from service.evaluator_wiring import StoredEvidence
+from service.evaluator.candidate_gate import CandidateGate
+from service.evaluator.leader import Lease
+from service.evaluator.loop import Cursor, Evaluator, EvaluatorConfig, Watched
+from service.evaluator.metrics import EvaluatorMetrics
 from service.metrics import ServiceMetrics
-from service.pipeline.candidate_gate import CandidateGate
-from service.pipeline.evaluator import Cursor, Evaluator, EvaluatorConfig, Watched
-from service.pipeline.evaluator_metrics import EvaluatorMetrics
-from service.pipeline.leader import Lease
 from service.protocols import (
     Action,
     ActorRole,
@@ -33,8 +32,9 @@ from service.protocols import (
 )
 from service.protocols.rounds import Decisions, JoinedRounds, QualityCounts
 from service.protocols.verdicts import Verdict
+from service.server.evaluator_wiring import StoredEvidence
 from service.storage import ProtocolStore, make_engine
-from service.storage.evaluation_store import EvaluationStore, FencedProtocolRecords
+from service.storage.stores.evaluation import EvaluationStore, FencedProtocolRecords
 from tests.evaluator.conftest import protocol_doc
 
 ADMIN = Identity("alice", ActorRole.ADMIN)

@@ -16,15 +16,15 @@ from service.contract.errors import Conflict
 from service.protocols import Action, ActorRole, Identity, ProtocolDesk, State
 from service.protocols.criteria import Evaluation, Role, Status
 from service.storage import ProtocolStore, make_engine
-from service.storage.chain_tables import chain_retirements
-from service.storage.evaluation_store import (
+from service.storage.chain.tables import chain_retirements
+from service.storage.log.tables import metadata
+from service.storage.reviewer.tables import reviewer_access_log
+from service.storage.stores.evaluation import (
     EvaluationStore,
     EvidenceSnapshot,
     FencedProtocolRecords,
     LeaseGrant,
 )
-from service.storage.reviewer_tables import reviewer_access_log
-from service.storage.tables import metadata
 from tests.evaluator.conftest import protocol_doc
 
 ADMIN = Identity("alice", ActorRole.ADMIN)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.app import Service
+from service.server.app import Service
 
 
 def counter_sum(service: Service, name: str, **labels: str) -> float:

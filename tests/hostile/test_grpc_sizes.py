@@ -14,8 +14,8 @@ import time
 import grpc
 import pytest
 
-from service.app import Service
 from service.contract import MirrorRequest
+from service.server.app import Service
 from service.transport.grpc.servicer import SERVICE_NAME
 from service.wire.convert import mirror_request_to_pb
 from service.wire.understudy.v1 import contract_pb2, shadow_pb2

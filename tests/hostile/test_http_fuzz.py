@@ -33,8 +33,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from service.app import Service
 from service.contract import MirrorRequest
+from service.server.app import Service
 from service.transport.http.convert import mirror_to_json
 from tests.hostile.metrics_read import ingested, refusals
 

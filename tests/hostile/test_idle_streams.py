@@ -28,10 +28,10 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from service.app import Service
 from service.auth import token_digest
 from service.client import MirrorClient
 from service.contract import MirrorRequest
+from service.server.app import Service
 from service.transport.grpc.servicer import SERVICE_NAME
 from service.wire.convert import mirror_request_to_pb
 from service.wire.understudy.v1 import shadow_pb2, shadow_pb2_grpc

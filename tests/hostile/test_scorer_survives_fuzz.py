@@ -21,8 +21,8 @@ from google.protobuf.message import Message
 from hypothesis import given
 from hypothesis import strategies as st
 
-from service.app import Service
 from service.contract import MirrorRequest
+from service.server.app import Service
 from service.storage import count_decisions, count_requests, logged_request
 from service.transport.grpc.servicer import SERVICE_NAME
 from service.wire.understudy.v1 import shadow_pb2

@@ -26,9 +26,9 @@ import grpc
 import httpx
 import pytest
 
-from service.app import Service
 from service.auth import token_digest
 from service.contract import MirrorRequest
+from service.server.app import Service
 from service.transport.grpc.servicer import SERVICE_NAME
 from service.transport.http.convert import mirror_to_json
 from service.wire.convert import mirror_request_to_pb
@@ -164,7 +164,7 @@ def served(
     }
     with open(tmp_path / "stderr", "w") as stderr:
         process = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "serve", "--log-level", "DEBUG"],
+            [sys.executable, "-m", "service.cli.main", "serve", "--log-level", "DEBUG"],
             env=env,
             stdout=subprocess.PIPE,
             stderr=stderr,
@@ -215,7 +215,7 @@ def test_a_raw_token_in_the_settings_is_refused_without_being_echoed(tmp_path: P
         "UNDERSTUDY_DATA_DIR": str(tmp_path / "data"),
     }
     done = subprocess.run(
-        [sys.executable, "-m", "service.cli", "serve"],
+        [sys.executable, "-m", "service.cli.main", "serve"],
         env=env,
         capture_output=True,
         text=True,

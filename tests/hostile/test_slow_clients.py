@@ -27,9 +27,9 @@ import httpx
 import pytest
 import uvicorn
 
-from service.app import Service
 from service.contract import MirrorRequest
-from service.runtime import bind_socket
+from service.server.app import Service
+from service.server.runtime import bind_socket
 from service.transport.http.convert import mirror_to_json
 from service.transport.http.slow_clients import RequestDeadlineProtocol
 from tests.hostile.metrics_read import counter_sum

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from service.cli_learning import learning_app
+from service.cli.learning import learning_app
 from service.environment import ContextPool
 from service.learning.compare import PRODUCTION, CompareSpec, load_candidates, verdict
 from service.learning.instrument import Instrumented

@@ -48,7 +48,7 @@ def test_build_time_imports_only_in_build_time_modules(path: Path) -> None:
 def test_runtime_modules_load_no_build_time_library() -> None:
     code = (
         "import sys, service.learning.compare, service.learning.sweep, service.learning.assess,"
-        " service.learning.plots, service.cli_learning;"
+        " service.learning.plots, service.cli.learning;"
         "print(sorted(m for m in ('sklearn', 'skl2onnx', 'onnx') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

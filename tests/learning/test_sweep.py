@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from service.cli_learning import learning_app
+from service.cli.learning import learning_app
 from service.environment import World, load_scenario, new_episode
 from service.learning.shifts import FAMILIES, condition
 from service.learning.sweep import SweepSpec

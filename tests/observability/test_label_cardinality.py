@@ -18,9 +18,9 @@ import grpc
 import httpx
 import pytest
 
-from service.app import Service
 from service.contract import MirrorRequest
 from service.metrics import OTHER_FIELD, field_label
+from service.server.app import Service
 from service.transport.http.convert import mirror_to_json
 from service.wire.convert import mirror_request_to_pb
 from tests.transport.test_bad_input import CASES, CONTROL_CASES

@@ -41,11 +41,11 @@ import pytest
 import yaml
 from sqlalchemy import text
 
-from service.app import Service
 from service.auth import token_digest
 from service.contract import MirrorRequest
 from service.policies.base import Policy
 from service.policies.registry import load_registry
+from service.server.app import Service
 from service.storage import start_embedded, stop_embedded, upgrade
 from service.wire.convert import mirror_request_to_pb
 from service.wire.understudy.v1 import contract_pb2, shadow_pb2, shadow_pb2_grpc

@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 from sqlalchemy import text
 
-from service.app import Service, build_service
 from service.auth import token_digest
 from service.contract import MirrorRequest
 from service.pipeline.scorer import ScorerLoop
@@ -27,6 +26,7 @@ from service.pipeline.scorer_process import ProcessScorer
 from service.policies.base import PolicyDecisions, ScoringBatch
 from service.policies.baselines import FirstFit, LeastLoaded
 from service.policies.registry import Registry
+from service.server.app import Service, build_service
 from service.settings import Settings
 from service.storage import count_decisions, start_embedded, stop_embedded, upgrade
 from service.wire.convert import mirror_request_to_pb

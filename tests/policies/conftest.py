@@ -27,9 +27,9 @@ from service.contract import (
     WorkloadKind,
     validate_request,
 )
+from service.learning.build_models.gavel import isolated_csv_path
 from service.policies.base import ScoringBatch
 from service.policies.batching import make_batch
-from service.policies.build_models.gavel import isolated_csv_path
 from service.policies.registry import Registry, load_registry
 from service.policies.synthetic import random_requests
 

@@ -17,15 +17,15 @@ from service.contract import (
     MirrorRequest,
     PlacementOptions,
 )
-from service.policies.base import ScoringBatch
-from service.policies.baselines import ThroughputGreedy
-from service.policies.batching import make_batch
-from service.policies.build_models import scorer_fit
-from service.policies.build_models.gavel import (
+from service.learning.build_models import scorer_fit
+from service.learning.build_models.gavel import (
     GavelTable,
     fastest_single_gpu_class,
     load_gavel,
 )
+from service.policies.base import ScoringBatch
+from service.policies.baselines import ThroughputGreedy
+from service.policies.batching import make_batch
 from service.policies.onnx_policy import OnnxPolicy, OnnxPredictor
 from service.policies.predictor_features import PREDICTOR_FEATURES
 from service.policies.registry import Registry, load_registry
@@ -140,7 +140,7 @@ def test_shipped_predictor_fits_the_measurements(table: GavelTable, registry: Re
 def test_held_out_evaluation_recomputed_from_the_data(
     table: GavelTable, registry: Registry
 ) -> None:
-    from service.policies.build_models import predictor_fit
+    from service.learning.build_models import predictor_fit
 
     figures, _ = predictor_fit.evaluate(table, predictor_fit.PredictorConfig())
     assert figures["mean_abs_log_error"] < figures["baseline_mean_abs_log_error"]
@@ -175,7 +175,7 @@ def _rebuild(out: Path, coretype: str | None) -> None:
     if coretype is not None:
         env["OPENBLAS_CORETYPE"] = coretype
     done = subprocess.run(
-        [sys.executable, "-m", "service.policies.build_models", "--out", str(out), "--seed", "0"],
+        [sys.executable, "-m", "service.learning.build_models", "--out", str(out), "--seed", "0"],
         env=env,
         capture_output=True,
         text=True,

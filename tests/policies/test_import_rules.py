@@ -40,7 +40,7 @@ def test_import_rules(path: Path) -> None:
 
 def test_importing_the_package_loads_neither_onnxruntime_nor_sklearn() -> None:
     code = (
-        "import sys, service.policies, service.policies.build_models.gavel;"
+        "import sys, service.policies, service.learning.build_models.gavel;"
         "print(sorted(m for m in ('onnxruntime', 'sklearn', 'skl2onnx') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

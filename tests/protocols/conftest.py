@@ -28,16 +28,16 @@ from service.protocols import (
     LoggingProfile,
     PolicyRef,
     ProtocolDesk,
-    policy_refs_from_directory,
 )
-from service.runtime import bind_socket
+from service.server.policy_refs import policy_refs_from_directory
+from service.server.runtime import bind_socket
 from service.storage import (
     EmbeddedPostgres,
     create_database,
     drop_database,
     make_engine,
 )
-from service.storage.protocol_store import ProtocolStore
+from service.storage.stores.protocol import ProtocolStore
 from service.transport.http.app import status_for
 from service.transport.http.models import ErrorModel
 from service.transport.http.protocols import protocol_router

@@ -17,10 +17,9 @@ from service.protocols import (
     check_protocol,
     load_protocol,
     parse_protocol,
-    policy_refs,
     validate_document,
 )
-from service.protocols.check import GREEDY_PREDICTOR
+from service.server.policy_refs import GREEDY_PREDICTOR, policy_refs
 from tests.protocols.conftest import (
     DETERMINISTIC,
     NO_PROPENSITIES,

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from service.cli_protocols import protocol_app
+from service.cli.protocols import protocol_app
 from service.protocols import content_hash, parse_protocol
 from tests.protocols.conftest import PROTOCOLS_DIR, REPO, SHADOW_FILE, unique
 

@@ -24,7 +24,7 @@ from service.protocols import (
     State,
 )
 from service.storage import DecisionLogWriter, LogBatch, rows_from
-from service.storage.protocol_store import ProtocolStore
+from service.storage.stores.protocol import ProtocolStore
 from service.wire.convert import mirror_request_to_pb
 from tests.protocols.conftest import DETERMINISTIC, TOKENS, make_desk, unique
 

@@ -31,10 +31,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sqlalchemy import text
 
-from service.app import Service
 from service.contract import MirrorRequest
 from service.policies.baselines import LeastLoaded
 from service.policies.registry import Registry
+from service.server.app import Service
 from service.storage import start_embedded, stop_embedded, upgrade
 from service.transport.http.convert import mirror_to_json
 from tests.reliability.pg_signals import frozen

@@ -11,10 +11,10 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from service.app import Service
 from service.contract import MirrorRequest
 from service.policies.baselines import LeastLoaded
 from service.policies.registry import Registry
+from service.server.app import Service
 from service.storage import count_requests, start_embedded, stop_embedded, upgrade
 from tests.reliability.load import LoadResult, rss_mb, steady_load
 from tests.transport.test_decision_log_e2e import wait_until

@@ -7,7 +7,6 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from service.contract import DEFAULT_FEATURES, MirrorRequest
-from service.decision_log import DecisionLogSink
 from service.metrics import ServiceMetrics
 from service.pipeline.dead_letter import DeadLetterBox
 from service.pipeline.journal import IngestJournal, JournalConfig
@@ -15,6 +14,7 @@ from service.pipeline.journal_format import RecordKind
 from service.pipeline.scorer import ScoredBatch, Scorer, ScorerConfig, SinkResult
 from service.pipeline.scorer_metrics import ScorerMetrics
 from service.policies.baselines import LeastLoaded
+from service.server.decision_log import DecisionLogSink
 from service.storage import DecisionLogWriter, count_requests, make_engine
 from service.wire.convert import mirror_request_to_pb
 

@@ -23,10 +23,10 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from service.app import Service
 from service.contract import MirrorRequest
 from service.policies.baselines import LeastLoaded
 from service.policies.registry import Registry
+from service.server.app import Service
 from service.storage import running_pid, stop_embedded
 from service.storage.admin import EMBEDDED_SUBDIR
 from service.transport.http.convert import mirror_to_json

@@ -20,10 +20,10 @@ import httpx
 import pytest
 from sqlalchemy import Engine, func, select
 
-from service.app import Service
 from service.contract import MirrorRequest
 from service.policies.registry import Registry
-from service.storage import tables as t
+from service.server.app import Service
+from service.storage.log import tables as t
 from service.transport.http.convert import mirror_to_json
 from service.wire.convert import mirror_request_to_pb
 from service.wire.understudy.v1 import shadow_pb2, shadow_pb2_grpc

@@ -13,11 +13,11 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from service.app import Service
 from service.contract import MirrorRequest
 from service.policies.base import PolicyDecisions, ScoringBatch
 from service.policies.baselines import FirstFit
 from service.policies.registry import Registry
+from service.server.app import Service
 from service.storage import count_requests
 from tests.reliability.load import rss_mb, steady_load
 from tests.transport.test_decision_log_e2e import wait_until

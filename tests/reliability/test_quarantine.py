@@ -8,12 +8,12 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from service.app import Service
 from service.contract import MirrorRequest
 from service.pipeline.quarantine import Quarantine, QuarantineEvent
 from service.policies.base import Policy, PolicyDecisions, ScoringBatch
 from service.policies.baselines import FirstFit, LeastLoaded
 from service.policies.registry import Registry
+from service.server.app import Service
 from service.storage import count_decisions
 from tests.transport.test_decision_log_e2e import mirror_all, wait_until
 

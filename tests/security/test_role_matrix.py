@@ -14,9 +14,9 @@ import grpc
 import httpx
 import pytest
 
-from service.app import Service
 from service.auth import token_digest
 from service.contract import MirrorRequest
+from service.server.app import Service
 from service.transport.http.convert import mirror_to_json
 from service.wire.convert import mirror_request_to_pb
 from service.wire.understudy.v1 import contract_pb2, shadow_pb2

@@ -16,9 +16,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from service.app import Service
 from service.client import MirrorClient
 from service.contract import MirrorRequest
+from service.server.app import Service
 from service.transport.http.convert import mirror_to_json
 from service.wire.convert import mirror_request_to_pb
 

@@ -8,9 +8,9 @@ import numpy as np
 from sqlalchemy import Engine, text
 
 from service.contract import DEFER, MirrorRequest, Outcome, ProductionDecision
-from service.decision_log import decision_row
 from service.pipeline.scoring import ScoredDecision
 from service.policies.base import DecisionStatus, PolicyDecisions
+from service.server.decision_log import decision_row
 from service.storage import DecisionRow, LogBatch, rows_from
 from service.wire.convert import mirror_request_to_pb
 

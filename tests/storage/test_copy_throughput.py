@@ -8,11 +8,11 @@ import time
 import numpy as np
 import pytest
 from sqlalchemy import Engine
-from storage_helpers import decisions_of, request_batch
 
 from service.contract import MirrorRequest
 from service.storage import DecisionLogWriter, count_decisions, ensure_partitions
-from service.storage.partitions import day_of
+from service.storage.log.partitions import day_of
+from tests.storage.storage_helpers import decisions_of, request_batch
 
 N_REQUESTS = 500
 N_POLICIES = 12

@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 
 from service.contract import DEFAULT_FEATURES, DEFER
-from service.decision_log import decision_row
 from service.pipeline.scoring import ScoredDecision, score_requests
 from service.policies.base import DecisionStatus
 from service.policies.registry import load_registry
 from service.policies.synthetic import random_requests
-from service.storage.rows import DecisionRow
+from service.server.decision_log import decision_row
+from service.storage.log.rows import DecisionRow
 
 POLICIES_DIR = Path(__file__).resolve().parents[2] / "policies"
 

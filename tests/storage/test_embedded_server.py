@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import text
-from storage_helpers import request_batch
 
 from service.contract import MirrorRequest, Unavailable
 from service.storage import (
@@ -31,6 +30,7 @@ from service.storage import (
     stop_embedded,
     upgrade,
 )
+from tests.storage.storage_helpers import request_batch
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,6 @@ import dataclasses
 import numpy as np
 import pytest
 from sqlalchemy import Engine
-from storage_helpers import decisions_of, fake_decisions, payload_of, request_batch, scalar
 
 from service.contract import DEFER, Conflict, MirrorRequest, NotFound
 from service.storage import (
@@ -21,8 +20,15 @@ from service.storage import (
     load_raw_request,
     logged_request,
 )
-from service.storage.payload import decompress
+from service.storage.log.payload import decompress
 from service.wire.convert import state_to_pb
+from tests.storage.storage_helpers import (
+    decisions_of,
+    fake_decisions,
+    payload_of,
+    request_batch,
+    scalar,
+)
 
 
 def _policy(name: str, sha: str = "a" * 64) -> PolicyRow:

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 import pytest
 from sqlalchemy import Engine, text
-from storage_helpers import outcome_for, request_batch
 
 from service.contract import MirrorRequest, ProductionDecision
 from service.storage import (
@@ -22,6 +21,7 @@ from service.storage import (
     pending_outcomes,
     rejoin_pending,
 )
+from tests.storage.storage_helpers import outcome_for, request_batch
 
 RID = "sample-3-0"
 P1, P2 = ProductionDecision(1, 0.25), ProductionDecision(2, 0.5)

@@ -6,7 +6,6 @@ import dataclasses
 from datetime import date, timedelta
 
 from sqlalchemy import Engine, text
-from storage_helpers import decisions_of, request_batch
 
 from service.contract import MirrorRequest
 from service.storage import (
@@ -16,7 +15,8 @@ from service.storage import (
     ensure_partitions,
     list_partitions,
 )
-from service.storage.partitions import day_of
+from service.storage.log.partitions import day_of
+from tests.storage.storage_helpers import decisions_of, request_batch
 
 
 def _where(engine: Engine, table: str) -> dict[str, int]:

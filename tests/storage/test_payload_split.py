@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from service.contract import MirrorRequest
-from service.storage.payload import (
+from service.storage.log.payload import (
     compress,
     decompress,
     join_state,

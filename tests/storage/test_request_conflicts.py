@@ -16,14 +16,14 @@ from collections.abc import Callable
 
 import httpx
 from sqlalchemy import Engine, text
-from storage_helpers import FEATURES, payload_of, request_batch
 
-from service.app import Service
 from service.contract import MirrorRequest
 from service.policies.baselines import LeastLoaded
 from service.policies.registry import Registry
+from service.server.app import Service
 from service.storage import DecisionLogWriter, LogBatch, conflicts, rows_from
 from service.transport.http.convert import mirror_to_json
+from tests.storage.storage_helpers import FEATURES, payload_of, request_batch
 
 
 def _retenanted(request: MirrorRequest, tenant: str) -> MirrorRequest:

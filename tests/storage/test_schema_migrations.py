@@ -17,9 +17,9 @@ from service.storage import (
     make_engine,
     upgrade,
 )
-from service.storage.chain_tables import chain_blocks, chain_retirements, chain_state
-from service.storage.reviewer_tables import REVIEWER_VIEWS, reviewer_access_log
-from service.storage.tables import PARTITIONED_TABLES, metadata
+from service.storage.chain.tables import chain_blocks, chain_retirements, chain_state
+from service.storage.log.tables import PARTITIONED_TABLES, metadata
+from service.storage.reviewer.tables import REVIEWER_VIEWS, reviewer_access_log
 
 TABLES = {
     "policies",

@@ -78,5 +78,10 @@ def test_storage_is_not_imported_by_the_core() -> None:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module:
                 assert not node.module.startswith(
-                    ("service.transport", "service.app", "service.pipeline", "service.metrics")
+                    (
+                        "service.transport",
+                        "service.server.app",
+                        "service.pipeline",
+                        "service.metrics",
+                    )
                 ), f"{path.name} imports {node.module}"

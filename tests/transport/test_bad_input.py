@@ -15,8 +15,8 @@ import grpc
 import httpx
 import pytest
 
-from service.app import Service
 from service.contract import MirrorRequest
+from service.server.app import Service
 from service.transport.http.convert import mirror_to_json
 from service.wire.convert import mirror_request_to_pb
 from service.wire.understudy.v1 import contract_pb2, shadow_pb2, shadow_pb2_grpc

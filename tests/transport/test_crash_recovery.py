@@ -43,7 +43,7 @@ class ServerProcess:
             UNDERSTUDY_AUTH_TOKENS=json.dumps({token_digest(token): "runtime"}),
         )
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "serve", "--log-level", "WARNING"],
+            [sys.executable, "-m", "service.cli.main", "serve", "--log-level", "WARNING"],
             env=env,
             stdout=subprocess.PIPE,
             text=True,

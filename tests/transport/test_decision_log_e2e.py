@@ -16,12 +16,12 @@ import httpx
 import numpy as np
 import pytest
 
-from service.app import Service
+from service.cli.replay import replay_decision
 from service.contract import MirrorRequest
 from service.policies.base import Policy, PolicyDecisions, ScoringBatch
 from service.policies.baselines import FirstFit, LeastLoaded
 from service.policies.registry import Registry
-from service.replay import replay_decision
+from service.server.app import Service
 from service.storage import (
     count_decisions,
     count_requests,

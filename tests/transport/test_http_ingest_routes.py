@@ -35,7 +35,7 @@ from service.pipeline.ingest import Ingest
 from service.pipeline.journal import FsyncMode, IngestJournal, JournalConfig
 from service.pipeline.journal_format import RecordKind
 from service.readiness import Readiness
-from service.runtime import bind_socket
+from service.server.runtime import bind_socket
 from service.transport.http.app import create_http_app
 from service.transport.http.convert import mirror_to_json
 from service.transport.http.slow_clients import RequestDeadlineProtocol

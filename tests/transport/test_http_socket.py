@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from service.runtime import bind_socket
+from service.server.runtime import bind_socket
 
 
 def test_accepted_connections_have_tcp_nodelay() -> None:

@@ -7,9 +7,9 @@ from collections.abc import Callable
 import grpc
 import httpx
 
-from service.app import Service
 from service.contract import MirrorRequest
 from service.pipeline.journal_format import RecordKind
+from service.server.app import Service
 from service.transport.http.convert import mirror_to_json
 from service.wire.convert import mirror_request_to_pb
 from service.wire.understudy.v1 import contract_pb2, shadow_pb2, shadow_pb2_grpc

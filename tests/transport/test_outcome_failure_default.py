@@ -12,9 +12,9 @@ import grpc
 import httpx
 import pytest
 
-from service.app import Service
 from service.contract import FailureKind
 from service.pipeline.journal_format import RecordKind
+from service.server.app import Service
 from service.wire.convert import outcome_from_pb
 from service.wire.understudy.v1 import contract_pb2, shadow_pb2, shadow_pb2_grpc
 

@@ -18,9 +18,9 @@ import threading
 import grpc
 import numpy as np
 
-from service.app import Service
 from service.contract import MirrorRequest
 from service.pipeline.journal_format import RecordKind
+from service.server.app import Service
 from service.transport.grpc.streams import StreamProgress
 from service.wire.convert import mirror_request_from_pb, mirror_request_to_pb
 from service.wire.understudy.v1 import contract_pb2, shadow_pb2

@@ -9,8 +9,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from pydantic import ValidationError
 
-from service.app import Service
 from service.pipeline.journal_format import RecordKind
+from service.server.app import Service
 from service.settings import Settings
 from service.wire.understudy.v1 import contract_pb2, shadow_pb2, shadow_pb2_grpc
 

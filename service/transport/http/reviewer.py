@@ -3,7 +3,7 @@
 A thin adapter over `ReviewerAccess`, which runs every read as the read-only
 ``understudy_reviewer`` database role and writes it to the access log in the
 same transaction. Query values are read raw and checked by
-`service.storage.reviewer_query` (an unknown status, a malformed time, a bad
+`service.storage.reviewer.query` (an unknown status, a malformed time, a bad
 cursor or a limit out of range is a 400 naming the parameter, never a
 database error; a crafted cursor too). Every query, answered or refused
 (400, 403, 404, 500, 503, a timeout), is a row of the access log and a count
@@ -41,7 +41,7 @@ from service.contract.errors import (
     Unavailable,
 )
 from service.metrics import ServiceMetrics
-from service.storage.reviewer_audit import Reviewer, ReviewerAccess, ReviewerTimeout
+from service.storage.reviewer.audit import Reviewer, ReviewerAccess, ReviewerTimeout
 from service.transport.http.models import ErrorModel
 from service.transport.http.protocols import EventModel, event_model
 from service.transport.http.reviewer_models import (

@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
-from service.storage.queries import LoggedDecision
-from service.storage.reviewer_reads import DecisionItem, ExperimentItem
-from service.storage.reviewer_request import RequestInFull
+from service.storage.reads.log import LoggedDecision
+from service.storage.reviewer.reads import DecisionItem, ExperimentItem
+from service.storage.reviewer.request import RequestInFull
 from service.transport.http.convert import mirror_to_json
 
 

@@ -1,0 +1,2 @@
+"""The evaluator: the loop that evaluates protocols, its leader lease, the
+monitors and the candidate gate."""

@@ -1,0 +1,1 @@
+"""Composition: builds the service from settings and runs it."""

@@ -1,0 +1,101 @@
+"""The scorer's parts, wired the same way on the scorer thread and in the scorer process.
+
+Composition glue, like ``service/server/decision_log.py``: the composition root
+(`service.server.app`) builds the thread-mode scorer with these helpers, and the
+scorer process (`service.pipeline.scorer_process`) builds its own half with
+`ScorerChildSpec` — its own engine to the same database, its own policies,
+the same budgets, quarantine, dead-letter box and drift monitor — so the two
+modes differ only in where the work runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from service.contract import DEFAULT_FEATURES
+from service.evaluator.drift_monitor import DriftMonitor
+from service.pipeline.dead_letter import DeadLetterBox
+from service.pipeline.quarantine import Quarantine
+from service.pipeline.scorer import BatchScorer, ScorerConfig, StopSignal
+from service.pipeline.scorer_child import ChildLink, ReportingObserver
+from service.pipeline.scorer_metrics import ScorerMetrics
+from service.policies.registry import Registry
+from service.server.decision_log import DecisionLogSink
+from service.settings import Settings
+from service.storage import DecisionLogWriter, make_engine
+
+log = logging.getLogger(__name__)
+
+
+def scorer_config(settings: Settings, registry: Registry) -> ScorerConfig:
+    """Batch size and per-policy time budgets (manifests' own, else the settings' default)."""
+    default_budget = settings.policy_time_budget_ms / 1e3
+    budgets = {name: default_budget for name in registry.policies} | registry.time_budgets_s
+    return ScorerConfig(max_batch=settings.scorer_max_batch, budgets_s=budgets)
+
+
+def make_quarantine(settings: Settings, observer: ScorerMetrics) -> Quarantine:
+    """The quarantine, its transitions counted and logged."""
+    quarantine = Quarantine(
+        threshold=settings.quarantine_failures,
+        window_s=settings.quarantine_window_s,
+        cooldown_s=settings.quarantine_cooldown_s,
+    )
+    quarantine.subscribe(observer.on_quarantine)
+    quarantine.subscribe(lambda e: log.warning("policy %s %s: %s", e.policy, e.event, e.reason))
+    return quarantine
+
+
+def dead_letter_box(settings: Settings) -> DeadLetterBox:
+    """Where records the decision log refuses alone are set aside."""
+    return DeadLetterBox(settings.data_dir / "dead-letter")
+
+
+def loaded(registry: Registry) -> Registry:
+    """`registry` itself: ``partial(loaded, registry)`` sends a picklable one to the child."""
+    return registry
+
+
+@dataclass(frozen=True)
+class ScorerChildSpec:
+    """Everything the scorer process needs to build its scorer; pickled to it (``spawn``).
+
+    Attributes:
+        settings: the service's settings.
+        database_url: the decision log's URL as the parent resolved it (the
+            embedded server's socket, when embedded).
+        policies: builds the policy registry in the child (ONNX sessions do not pickle).
+    """
+
+    settings: Settings
+    database_url: str
+    policies: Callable[[], Registry]
+
+    def __call__(self, stop: StopSignal, link: ChildLink) -> BatchScorer:
+        """The child's scorer: sink on its own engine, observers reporting through `link`."""
+        settings = self.settings
+        engine = make_engine(self.database_url)
+        link.on_close(engine.dispose)
+        registry = self.policies()
+        metrics = link.relay.as_metrics()
+        observer = ScorerMetrics(metrics)
+        quarantine = make_quarantine(settings, observer)
+        quarantine.subscribe(link.on_quarantine)
+        scorer = BatchScorer(
+            link.active(lambda: list(registry.policies.values())),
+            DecisionLogSink(DecisionLogWriter(engine), registry.manifests),
+            ReportingObserver(observer, link),
+            DEFAULT_FEATURES,
+            scorer_config(settings, registry),
+            quarantine,
+            dead_letter_box(settings),
+            stop=stop,
+        )
+        if registry.training_summaries:  # docs/drift.md
+            drift = DriftMonitor(
+                registry.training_summaries, settings.drift_window_requests, metrics
+            )
+            scorer.on_scored = drift.observe
+        return scorer

@@ -1,0 +1,5 @@
+"""Tamper evidence for the decision log.
+
+The row codec, sealing, verification, the anchor and its witness, retirement,
+and the sealer loop.
+"""

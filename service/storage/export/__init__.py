@@ -1,0 +1,1 @@
+"""Slices of the decision log as Parquet and DSJSON."""

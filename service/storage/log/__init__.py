@@ -1,0 +1,1 @@
+"""The decision log: tables, partitions, payloads, the writer and the outcome join."""

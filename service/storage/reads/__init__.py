@@ -1,0 +1,1 @@
+"""What each consumer reads from the decision log."""

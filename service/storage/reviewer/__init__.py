@@ -1,0 +1,1 @@
+"""The reviewer surface: queries, the access log, the role guard."""

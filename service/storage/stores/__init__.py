@@ -1,0 +1,1 @@
+"""The protocol and evaluation stores beside the decision log."""

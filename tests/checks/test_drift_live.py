@@ -1,0 +1,129 @@
+"""The live drift monitor on a real service, and the report section on the log it left.
+
+A simulated Runtime (the demo's, training condition, seed 0) mirrors through
+the real client; the committed ONNX policies score. The drift series must
+exist before any traffic; once the journal is drained, every policy with a
+training summary has closed ``requests // window`` windows, and the last
+window's PSI gauge equals what the evidence section recomputes offline from
+the stored raw requests in journal order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from service.cli.demo import simulated_runtime
+from service.contract import DEFAULT_FEATURES, MirrorRequest
+from service.evaluator.drift_monitor import DriftMonitor
+from service.metrics import ServiceMetrics
+from service.pipeline.scoring import score_requests
+from service.policies.registry import load_registry
+from service.policies.synthetic import random_requests
+from service.reports.ope.drift_section import build_drift_section
+from service.server.app import Service
+from service.storage.reads.ope import OpeFilter
+from tests.live_traffic import send_events, wait_for
+
+POLICIES_DIR = Path(__file__).resolve().parents[2] / "policies"
+WINDOW = 250
+TRAINED = ("gavel-scorer", "iwr-scorer", "lcb-planner")
+
+
+def test_live_drift_windows_match_the_offline_section(
+    make_service: Callable[..., Service], runtime_token: str
+) -> None:
+    service = make_service(drift_window_requests=WINDOW)
+    assert service.policies is not None and service.engine is not None
+    assert set(service.policies.training_summaries) == set(TRAINED)
+    reg = service.metrics.registry
+
+    def sample(metric: str, **labels: str) -> float | None:
+        return reg.get_sample_value(metric, labels)
+
+    for p in TRAINED:  # every series exists before the first window closes
+        assert sample("understudy_drift_psi_max", policy=p) == 0.0
+        assert sample("understudy_drift_flagged", policy=p) == 0.0
+        assert sample("understudy_drift_windows_total", policy=p, flagged="true") == 0.0
+        assert sample("understudy_drift_windows_total", policy=p, flagged="false") == 0.0
+        assert sample("understudy_drift_out_of_support_decisions_total", policy=p) == 0.0
+        timed = p != "gavel-scorer"  # trained on synthetic requests: no arrival process
+        assert sample("understudy_drift_arrival_shift", policy=p) == (0.0 if timed else None)
+    for baseline in ("first-fit", "least-loaded"):  # no training data, no series
+        assert sample("understudy_drift_flagged", policy=baseline) is None
+
+    events = simulated_runtime(episodes=3, seed=0)
+    n_requests = sum(isinstance(e, MirrorRequest) for e in events)
+    assert n_requests >= 2 * WINDOW
+    send_events(service, runtime_token, events)
+    wait_for(lambda: service.journal.depth_records("scorer") == 0, "the scorer did not drain")
+
+    def windows(p: str) -> float:
+        return sum(
+            sample("understudy_drift_windows_total", policy=p, flagged=f) or 0.0
+            for f in ("true", "false")
+        )
+
+    wait_for(
+        lambda: all(windows(p) == n_requests // WINDOW for p in TRAINED),
+        "not every window closed",
+    )
+
+    section = build_drift_section(service.engine, OpeFilter(), POLICIES_DIR)
+    assert section is not None and section.key == "drift"
+    by_policy = {r["policy"]: r for r in section.results["policies"]}
+    assert set(by_policy) == set(TRAINED)
+    for p in TRAINED:
+        r = by_policy[p]
+        assert r["requests"] == n_requests and r["window_requests"] == WINDOW
+        assert len(r["windows"]) == n_requests // WINDOW
+        last = r["windows"][-1]
+        assert sample("understudy_drift_psi_max", policy=p) == pytest.approx(last["psi_max"])
+        assert sample("understudy_drift_flagged", policy=p) == (1.0 if last["flagged"] else 0.0)
+        if p != "gavel-scorer":
+            assert r["arrival_threshold"] is not None and last["arrival_shift"] is not None
+            shift = sample("understudy_drift_arrival_shift", policy=p)
+            assert shift == pytest.approx(last["arrival_shift"])
+        flagged = sum(w["flagged"] for w in r["windows"])
+        assert sample("understudy_drift_windows_total", policy=p, flagged="true") == flagged
+        in_windows = sum(w["out_of_support_decisions"] for w in r["windows"])
+        live = sample("understudy_drift_out_of_support_decisions_total", policy=p)
+        assert live == r["out_of_support_decisions"] >= in_windows
+        assert not r["unseen_hardware"] and not r["unseen_kinds"]  # training condition
+    assert all(png.startswith(b"\x89PNG") for png in section.figures.values())
+    assert all(f"figures/{name}" in section.html for name in section.figures)
+    assert "<td>" in section.html and section.markdown.count("|") > 20
+
+
+def test_monitor_flags_inputs_new_to_one_policy_and_not_to_another() -> None:
+    """Synthetic requests are `gavel-scorer`'s training distribution, but hold P100
+    nodes the simulator-trained policies never saw."""
+    registry = load_registry(POLICIES_DIR)
+    metrics = ServiceMetrics(CollectorRegistry())
+    monitor = DriftMonitor(registry.training_summaries, WINDOW, metrics)
+    assert set(monitor.policies) == set(TRAINED)
+    requests = random_requests(seed=7, n_requests=2 * WINDOW + 10)
+    policies = list(registry.policies.values())
+    for start in range(0, len(requests), 64):
+        batch, decisions, _ = score_requests(
+            requests[start : start + 64], policies, DEFAULT_FEATURES
+        )
+        monitor.observe(batch, decisions)
+
+    def sample(metric: str, **labels: str) -> float | None:
+        return metrics.registry.get_sample_value(metric, labels)
+
+    assert sample("understudy_drift_windows_total", policy="gavel-scorer", flagged="false") == 2
+    assert sample("understudy_drift_flagged", policy="gavel-scorer") == 0.0
+    for p in ("iwr-scorer", "lcb-planner"):
+        assert sample("understudy_drift_windows_total", policy=p, flagged="true") == 2
+        assert monitor.last[p].unseen_hardware == ("P100",)
+        oos = sample("understudy_drift_out_of_support_decisions_total", policy=p)
+        assert oos is not None and oos > 0
+    assert (
+        sample("understudy_drift_psi_max", policy="iwr-scorer")
+        == monitor.last["iwr-scorer"].psi_max
+    )
