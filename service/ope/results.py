@@ -43,6 +43,11 @@ class Estimator(StrEnum):
         """Whether the estimator reads a reward model (`estimated_rewards`)."""
         return self in (Estimator.DM, Estimator.DR, Estimator.SNDR, Estimator.SWITCH_DR)
 
+    @property
+    def needs_propensities(self) -> bool:
+        """DM is model-based; every other estimator weights by logged propensities."""
+        return self is not Estimator.DM
+
 
 class Basis(StrEnum):
     """Where the number comes from; a reader must be able to tell them apart."""

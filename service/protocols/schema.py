@@ -26,6 +26,9 @@ from types import MappingProxyType
 
 from service.contract.reward import CostSpec, RewardSpec
 
+# One enum: a protocol names what the OPE core offers (re-exported for the protocol API).
+from service.ope.results import Estimator as Estimator
+
 PROTOCOL_SCHEMA = "understudy-protocol/v1"
 """The ``schema`` value every protocol file declares."""
 
@@ -162,22 +165,6 @@ _CATALOGUE = (
 
 METRICS: Mapping[str, Metric] = MappingProxyType({m.name: m for m in _CATALOGUE})
 """Every metric a protocol may name, by name."""
-
-
-class Estimator(StrEnum):
-    """Off-policy estimators the OPE core offers (see ``service/ope``)."""
-
-    DM = "dm"
-    IPS = "ips"
-    SNIPS = "snips"
-    DR = "dr"
-    SNDR = "sndr"
-    SWITCH_DR = "switch-dr"
-
-    @property
-    def needs_propensities(self) -> bool:
-        """DM is model-based; every other estimator weights by logged propensities."""
-        return self is not Estimator.DM
 
 
 class SequenceMethod(StrEnum):
