@@ -30,7 +30,7 @@ ROLES = (
     ("scorer", ("pipeline/scorer.py",)),
     ("ingest", ("transport/grpc/servicer.py", "pipeline/ingest.py")),
     ("http", ("uvicorn", "starlette", "fastapi")),
-    ("evaluator", ("pipeline/evaluator.py",)),
+    ("evaluator", ("evaluator/loop.py",)),
 )
 _LINE = re.compile(r":\d+\)")
 
