@@ -20,8 +20,6 @@ from typing import Any
 
 import numpy as np
 from google.protobuf.message import DecodeError
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 from numpy.typing import NDArray
 from sqlalchemy import Engine
 
@@ -29,7 +27,7 @@ from service.checks.calibration import MIN_OUTCOMES, CalibrationReport, by_slice
 from service.contract import InvalidInput
 from service.policies.errors import PolicyLoadError
 from service.policies.manifest import MANIFEST_FILE, load_manifest
-from service.reports.ope.figures import file_name, png
+from service.reports.canvas import figure, file_name, png
 from service.reports.ope.sections import ReportSection
 from service.reports.protocol.package import html_table, md_table
 from service.storage.log.payload import decode_request
@@ -57,8 +55,7 @@ def _hardware(rows: CalibrationRows) -> NDArray[np.str_]:
 
 def pit_png(label: str, report: CalibrationReport) -> bytes:
     """PIT histogram with the uniform line."""
-    fig = Figure(figsize=(6.0, 3.4), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = figure(6.0, 3.4)
     ax = fig.subplots()
     h = report.pit
     width = np.diff(h.edges)
@@ -73,8 +70,7 @@ def pit_png(label: str, report: CalibrationReport) -> bytes:
 
 def reliability_png(label: str, report: CalibrationReport) -> bytes:
     """Observed vs predicted median per bin of the predicted median (log-log), with coverage."""
-    fig = Figure(figsize=(6.0, 3.8), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = figure(6.0, 3.8)
     ax = fig.subplots()
     r = report.reliability
     if len(r.n):

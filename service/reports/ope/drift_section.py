@@ -24,8 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 from numpy.typing import NDArray
 from sqlalchemy import Engine, func, select
 
@@ -40,8 +38,8 @@ from service.checks.drift import (
 from service.policies.batching import make_batch
 from service.policies.errors import PolicyLoadError
 from service.policies.training_summary import SUMMARY_FILE, TrainingReference, load_summary
+from service.reports.canvas import figure, file_name, png
 from service.reports.ope.decoded import read_requests
-from service.reports.ope.figures import file_name, png
 from service.reports.ope.sections import ReportSection
 from service.reports.protocol.package import html_table, md_table
 from service.storage.engine import unavailable_on_failure
@@ -151,8 +149,7 @@ def _accumulate(engine: Engine, ids: list[str], drift: dict[str, _PolicyDrift]) 
 
 def _plot(name: str, p: _PolicyDrift) -> bytes:
     """Window statistic over its threshold, arrival shift, out-of-support share, per window."""
-    fig = Figure(figsize=(7.0, 5.6), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = figure(7.0, 5.6)
     top, middle, bottom = fig.subplots(3, 1, sharex=True)
     rule = p.windows.rule
     x = np.arange(1, len(p.closed) + 1)

@@ -31,8 +31,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 from numpy.typing import NDArray
 
 from service.ope.failure_modes import (
@@ -46,8 +44,8 @@ from service.ope.failure_modes import (
     shortfall,
     uncertain_failures,
 )
+from service.reports.canvas import figure, png
 from service.reports.ope.decoded import DecodedLog
-from service.reports.ope.figures import png
 from service.reports.ope.ope_run import (
     HARDWARE_CLASS,
     SLICE_TITLES,
@@ -289,8 +287,7 @@ def _losing(
 
 def _losing_png(slices: list[tuple[str, SliceDifference]], report: OpeReport) -> bytes:
     shown = slices[:LOSING_FIGURE_ROWS]
-    fig = Figure(figsize=(8.0, 0.4 * len(shown) + 1.6), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = figure(8.0, 0.4 * len(shown) + 1.6)
     ax = fig.subplots()
     for y, (_, s) in enumerate(shown):
         lo, hi = s.interval.lower, s.interval.upper
@@ -317,8 +314,7 @@ def _uncertainty_png(log: OpeLog, decoded: DecodedLog, report: OpeReport) -> byt
     width = np.log(q[:, 2]) - np.log(q[:, 0])
     bad = shortfall(q[:, 1], log.throughput)
     hardware = decoded.hardware(production)
-    fig = Figure(figsize=(7.0, 4.0), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = figure(7.0, 4.0)
     ax = fig.subplots()
     ok = np.isfinite(width) & np.isfinite(bad)
     for name in np.unique(hardware[ok]):

@@ -1,7 +1,7 @@
 """PNG figures of an `OpeReport`: estimates with intervals, per slice, weight distributions.
 
 matplotlib's Agg canvas is attached to each figure (no pyplot, no global
-backend), as in ``service.reports.protocol.plots``. A policy that is not identifiable
+backend), through ``service.reports.canvas``. A policy that is not identifiable
 is drawn as an empty row labelled "not identifiable", never as a number. An
 estimate marked by ``marks`` (outside the reward's range, too thin) is drawn
 grey and hollow with its interval clipped to the range, and its row label
@@ -10,31 +10,17 @@ says why; the reward's finite bounds are drawn as dotted lines.
 
 from __future__ import annotations
 
-import io
 import math
-import re
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from service.ope import Result
+from service.reports.canvas import figure, file_name, png
 from service.reports.ope.marks import MarkKind, RewardRange, mark_result, range_of
 from service.reports.ope.ope_run import SLICE_TITLES, OpeReport, PolicyReport
 
 MARK_LABEL = {MarkKind.OUTSIDE_RANGE: "out of range", MarkKind.TOO_THIN: "thin"}
 """Short row-label suffixes; a clipped bound alone is visible in the plot itself."""
-
-
-def file_name(label: str) -> str:
-    """A safe PNG file name for `label`."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", label) + ".png"
-
-
-def png(fig: Figure) -> bytes:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=90)
-    return buffer.getvalue()
 
 
 def _forest(
@@ -45,8 +31,7 @@ def _forest(
 ) -> bytes:
     """One row per label: point and interval, or a "not identifiable" note; marked
     estimates grey and hollow, their label suffixed with the marks."""
-    fig = Figure(figsize=(9.0, 0.36 * len(rows) + 1.4), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = figure(9.0, 0.36 * len(rows) + 1.4)
     ax = fig.subplots()
     labels = []
     for y, (label, r) in enumerate(rows):
@@ -104,8 +89,7 @@ def slices_png(report: OpeReport, policy: PolicyReport) -> bytes:
 
 def weights_png(report: OpeReport) -> bytes:
     """Importance-weight distributions (log10 of the positive weights) and zero-weight shares."""
-    fig = Figure(figsize=(7.0, 3.8), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = figure(7.0, 3.8)
     ax = fig.subplots()
     drawn = False
     for p in report.policies:

@@ -20,14 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 from sqlalchemy import Engine
 
 from service.checks.outcome_drift import OutcomeRows, OutcomeWindow, check_window, outcome_rows
 from service.policies.outcome_summary import OutcomeSummary
+from service.reports.canvas import figure, file_name, png
 from service.reports.ope.drift_section import training_summaries
-from service.reports.ope.figures import file_name, png
 from service.reports.ope.sections import ReportSection
 from service.reports.protocol.package import html_table, md_table
 from service.storage.reads.ope import OpeFilter
@@ -57,8 +55,7 @@ def _windows(s: OutcomeSummary, rows: OutcomeRows) -> tuple[int, list[OutcomeWin
 
 
 def _plot(name: str, size: int, windows: list[OutcomeWindow], s: OutcomeSummary) -> bytes:
-    fig = Figure(figsize=(7.0, 3.6), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = figure(7.0, 3.6)
     ax = fig.subplots()
     x = np.arange(1, len(windows) + 1)
     classes = s.reference.hardware_classes

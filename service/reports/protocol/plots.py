@@ -7,14 +7,11 @@ display, on any thread.
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Sequence
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-
 from service.protocols.criteria import Evaluation
+from service.reports.canvas import figure, png
 
 
 def _num(x: float | None) -> float:
@@ -35,8 +32,7 @@ def trajectory_png(
     hours = [(t - t0) / 3600 for t, _ in points]
     evs = [e for _, e in points]
     last = evs[-1]
-    fig = Figure(figsize=(6.4, 3.6), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = figure(6.4, 3.6)
     ax = fig.subplots()
     ax.fill_between(
         hours,
@@ -55,6 +51,4 @@ def trajectory_png(
     ax.set_ylabel(last.metric)
     ax.set_title(f"{name} ({last.role.value}): {last.status.value} at n={last.n}", fontsize=10)
     ax.legend(fontsize=7, loc="best")
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=90)
-    return buffer.getvalue()
+    return png(fig)
