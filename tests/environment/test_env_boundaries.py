@@ -52,6 +52,7 @@ def test_public_names_are_pinned() -> None:
             "counterfactual_outcomes", "data_dir", "job_outcomes", "load_scenario",
             "load_throughputs", "load_trace", "log_episode", "new_episode", "on_policy",
             "packing_scores", "register_envs", "run_policy", "run_production", "scenario_names",
+            "simulated_episodes",
         ]
     )  # fmt: skip
     for name in environment.__all__:
