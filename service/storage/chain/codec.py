@@ -60,10 +60,16 @@ class ChainSpec:
     fields: tuple[ChainField, ...]
     row_domain: bytes
     genesis_prefix: str
-    covers: frozenset[str]
-    """The table's columns the hash covers (verify reports any other column)."""
+    covered_elsewhere: frozenset[str] = frozenset()
+    """Columns not hashed as themselves but held by the chain another way (see `covers`)."""
     policy_fields: tuple[int, int] | None = None
     """Indexes of the policy name and version fields (decisions only)."""
+
+    @property
+    def covers(self) -> frozenset[str]:
+        """The table's columns the chain covers (verify reports any other column): every
+        field read as a plain column, and `covered_elsewhere`."""
+        return frozenset(f.name for f in self.fields if not f.expr) | self.covered_elsewhere
 
     @property
     def table(self) -> str:
@@ -76,9 +82,12 @@ class ChainSpec:
         return tuple(f.name for f in self.fields)
 
 
-def _fields(pairs: Sequence[tuple[str, str]]) -> tuple[ChainField, ...]:
-    tail = [("chain_xid", "int8send"), ("chain_seq", "int8send")]
-    return tuple(ChainField(n, s) for n, s in [*pairs, *tail])
+def _fields(
+    pairs: Sequence[tuple[str, str]], computed: Sequence[ChainField] = ()
+) -> tuple[ChainField, ...]:
+    """Plain columns, then `computed` fields, then the order key every chain ends with."""
+    tail = (ChainField("chain_xid", "int8send"), ChainField("chain_seq", "int8send"))
+    return (*(ChainField(n, s) for n, s in pairs), *computed, *tail)
 
 
 _DECISION_FIELDS = _fields(
@@ -109,7 +118,6 @@ DECISIONS = ChainSpec(
     fields=_DECISION_FIELDS,
     row_domain=b"understudy.decision.v1\x00",
     genesis_prefix="",
-    covers=frozenset(f.name for f in _DECISION_FIELDS),
     policy_fields=(2, 3),
 )
 
@@ -138,45 +146,42 @@ OUTCOMES = ChainSpec(
     fields=_OUTCOME_FIELDS,
     row_domain=b"understudy.outcome.v1\x00",
     genesis_prefix="outcomes:",
-    covers=frozenset(f.name for f in _OUTCOME_FIELDS),
 )
 
-_REQUEST_FIELDS = (
-    *_fields(
-        [
-            ("request_id", "textsend"),
-            ("request_time", "timestamptz_send"),
-            ("received_at", "timestamptz_send"),
-            ("journal_seq", "int8send"),
-            ("schema_version", "int4send"),
-            ("workload_id", "textsend"),
-            ("workload_kind", "textsend"),
-            ("tenant", "textsend"),
-            ("model_family", "textsend"),
-            ("accelerators_requested", "int4send"),
-            ("priority", "int4send"),
-            ("n_options", "int4send"),
-            ("n_nodes", "int4send"),
-            ("snapshot_hash", "byteasend"),
-            ("state_offset", "int4send"),
-            ("payload_zstd", "byteasend"),
-            ("feature_version", "textsend"),
-            ("feature_hash", "textsend"),
-        ]
-    )[:-2],
-    # Production's decision as Runtime mirrored it never changes after the insert; one
-    # filled later from the outcome does (source 'outcome', or a propensity the mirror
-    # lacked), so it is held to the chained outcome by `verify` instead (chain_verify).
-    ChainField(
-        "mirrored_production", "boolsend", "(production_source IS NOT DISTINCT FROM 'mirror')"
+_REQUEST_FIELDS = _fields(
+    [
+        ("request_id", "textsend"),
+        ("request_time", "timestamptz_send"),
+        ("received_at", "timestamptz_send"),
+        ("journal_seq", "int8send"),
+        ("schema_version", "int4send"),
+        ("workload_id", "textsend"),
+        ("workload_kind", "textsend"),
+        ("tenant", "textsend"),
+        ("model_family", "textsend"),
+        ("accelerators_requested", "int4send"),
+        ("priority", "int4send"),
+        ("n_options", "int4send"),
+        ("n_nodes", "int4send"),
+        ("snapshot_hash", "byteasend"),
+        ("state_offset", "int4send"),
+        ("payload_zstd", "byteasend"),
+        ("feature_version", "textsend"),
+        ("feature_hash", "textsend"),
+    ],
+    (
+        # Production's decision as Runtime mirrored it never changes after the insert; one
+        # filled later from the outcome does (source 'outcome', or a propensity the mirror
+        # lacked), so it is held to the chained outcome by `verify` instead (chain_verify).
+        ChainField(
+            "mirrored_production", "boolsend", "(production_source IS NOT DISTINCT FROM 'mirror')"
+        ),
+        ChainField(
+            "mirrored_option",
+            "int4send",
+            "(CASE WHEN production_source = 'mirror' THEN production_option END)",
+        ),
     ),
-    ChainField(
-        "mirrored_option",
-        "int4send",
-        "(CASE WHEN production_source = 'mirror' THEN production_option END)",
-    ),
-    ChainField("chain_xid", "int8send"),
-    ChainField("chain_seq", "int8send"),
 )
 
 REQUESTS = ChainSpec(
@@ -185,9 +190,8 @@ REQUESTS = ChainSpec(
     fields=_REQUEST_FIELDS,
     row_domain=b"understudy.request.v1\x00",
     genesis_prefix="requests:",
-    covers=frozenset(
-        {f.name for f in _REQUEST_FIELDS if not f.expr}
-        | {"production_option", "production_propensity", "production_source"}
+    covered_elsewhere=frozenset(
+        {"production_option", "production_propensity", "production_source"}
     ),
 )
 
