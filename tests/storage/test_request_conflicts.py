@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import time
 from collections.abc import Callable
 
 import httpx
@@ -23,6 +22,7 @@ from service.policies.registry import Registry
 from service.server.app import Service
 from service.storage import DecisionLogWriter, LogBatch, conflicts, rows_from
 from service.transport.http.convert import mirror_to_json
+from tests.live_traffic import wait_for
 from tests.storage.storage_helpers import FEATURES, payload_of, request_batch
 
 
@@ -99,13 +99,6 @@ def test_the_same_request_encoded_otherwise_is_a_duplicate(
     assert conflicts(engine) == []
 
 
-def _wait_until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout  # a hang guard, not a speed requirement
-    while not condition():
-        assert time.monotonic() < deadline, "condition still not met (hang guard)"
-        time.sleep(0.05)
-
-
 def test_the_service_counts_a_request_conflict(
     make_service: Callable[..., Service],
     runtime_token: str,
@@ -129,7 +122,11 @@ def test_the_service_counts_a_request_conflict(
             mirror_to_json(_retenanted(first, "impostor")),
         ):
             assert http.post("/v1/mirror", content=body).json()["status"] == "accepted"
-    _wait_until(lambda: (value("understudy_request_conflicts_total") or 0) >= 1)
+    wait_for(
+        lambda: (value("understudy_request_conflicts_total") or 0) >= 1,
+        "the conflict counted",
+        60.0,
+    )
     assert value("understudy_request_conflicts_total") == 1
     [recorded] = conflicts(engine, request_id=first.request_id)
     assert (recorded.kind, recorded.incoming["tenant"]) == ("request", "impostor")

@@ -14,11 +14,9 @@ import dataclasses
 import itertools
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -37,6 +35,7 @@ from service.storage import (
     drop_database,
 )
 from service.transport.http.convert import mirror_to_json
+from tests.live_traffic import wait_for
 from tests.pg_fixtures import TEMPLATE
 
 REPO = Path(__file__).resolve().parents[3]
@@ -92,13 +91,6 @@ def _kinds(requests: list[MirrorRequest]) -> list[MirrorRequest]:
     return out
 
 
-def _wait(condition: Any, what: str, timeout_s: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} did not happen in time"
-        time.sleep(0.1)
-
-
 @pytest.fixture(scope="package")
 def world(pg_server: EmbeddedPostgres, requests_sample: list[MirrorRequest]) -> Iterator[World]:
     database = f"reviewer_{next(_names)}"
@@ -146,8 +138,8 @@ def world(pg_server: EmbeddedPostgres, requests_sample: list[MirrorRequest]) -> 
                 ack = http.post("/v1/outcomes", json=body, headers=runtime)
                 assert ack.status_code == 202, ack.text
         n_policies = len(service.policies.policies)
-        _wait(lambda: count_decisions(engine) == len(requests) * n_policies, "scoring")
-        _wait(lambda: count_joined_outcomes(engine) == len(reported), "outcome joins")
+        wait_for(lambda: count_decisions(engine) == len(requests) * n_policies, "scoring")
+        wait_for(lambda: count_joined_outcomes(engine) == len(reported), "outcome joins")
         yield World(
             service=service,
             engine=engine,

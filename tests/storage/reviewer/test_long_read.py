@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -43,16 +43,10 @@ from service.storage import (
     make_engine,
 )
 from service.storage.log.partitions import day_of
+from tests.live_traffic import wait_for
 from tests.storage.storage_helpers import decisions_of, request_batch
 
 HANG_GUARD_S = 60.0
-
-
-def _wait(condition: Callable[[], bool], what: str, timeout_s: float = HANG_GUARD_S) -> None:
-    deadline = time.monotonic() + timeout_s  # a hang guard, not a measurement
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} did not happen in {timeout_s:.0f} s"
-        time.sleep(0.05)
 
 
 @pytest.fixture()
@@ -132,7 +126,7 @@ def test_a_long_reviewer_read_neither_stalls_the_log_nor_outlives_its_limit(
             writer_done.set()
 
         threading.Thread(target=write, daemon=True).start()
-        _wait(lambda: _decisions_logged(engine) == 4, "the batch landing while the read is open")
+        wait_for(lambda: _decisions_logged(engine) == 4, "the batch landing while the read is open")
         print(f"batch written in {time.perf_counter() - started:.3f} s with the read open")
         assert writer_done.wait(HANG_GUARD_S)
         assert _alive(engine, pid)  # the rows landed while the read was still open
@@ -144,7 +138,7 @@ def test_a_long_reviewer_read_neither_stalls_the_log_nor_outlives_its_limit(
         # Imported here so that this file, run against the old code, fails on the stall above.
         guard = ReviewerGuard(engine, transaction_limit_s=1.0, idle_limit_s=3600.0)
         ended: dict[str, int] = {}
-        _wait(lambda: bool(ended.update(guard.sweep().terminated) or ended), "the read ended")
+        wait_for(lambda: bool(ended.update(guard.sweep().terminated) or ended), "the read ended")
         assert ended == {"transaction": 1}
         assert not _alive(engine, pid)
         with pytest.raises(psycopg.OperationalError):
@@ -183,7 +177,7 @@ def test_an_idle_reviewer_transaction_is_ended_and_the_api_role_switch_is_not(
             api_pid = api.execute(text("SELECT pg_backend_pid()")).scalar_one()
             guard = ReviewerGuard(engine, transaction_limit_s=3600.0, idle_limit_s=0.5)
             ended: dict[str, int] = {}
-            _wait(lambda: bool(ended.update(guard.sweep().terminated) or ended), "idle ended")
+            wait_for(lambda: bool(ended.update(guard.sweep().terminated) or ended), "idle ended")
             assert ended == {"idle": 1}
             assert not _alive(engine, pid)
             assert _alive(engine, api_pid)

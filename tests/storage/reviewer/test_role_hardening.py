@@ -12,15 +12,13 @@ the service puts them back (its reviewer guard), counted in a metric.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 import psycopg
 import pytest
 from psycopg import errors, sql
 from sqlalchemy import text
 
 from service.storage.chain.seal import SEAL_LOCK
+from tests.live_traffic import wait_for
 from tests.storage.reviewer.conftest import World
 
 ADVISORY = [
@@ -61,13 +59,6 @@ def _refused(conn: psycopg.Connection, statements: list[str]) -> dict[str, str]:
         else:
             got[statement] = "ALLOWED"
     return got
-
-
-def _wait(condition: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s  # a hang guard, not a measurement
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} did not happen in time"
-        time.sleep(0.2)
 
 
 def test_the_reviewer_cannot_take_the_sealers_or_any_advisory_lock(world: World) -> None:
@@ -125,7 +116,7 @@ def test_role_defaults_the_reviewer_changes_are_put_back(world: World) -> None:
                 ).format(sql.Identifier(world.database))
             )
         # (No check that they took: the guard may already have put them back.)
-        _wait(lambda: _role_defaults(world) == (DEFAULTS, False), "the defaults put back")
+        wait_for(lambda: _role_defaults(world) == (DEFAULTS, False), "the defaults put back")
         with psycopg.connect(world.reviewer_conninfo(), autocommit=True) as conn:
             shown = {
                 name: conn.execute(f"SHOW {name}").fetchone()[0]  # type: ignore[index]
