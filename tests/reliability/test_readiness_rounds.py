@@ -34,7 +34,8 @@ def test_a_hung_check_fails_within_its_bound_and_is_not_called_again(
         return True, "late"
 
     readiness = Readiness(timeout_s=0.2)
-    readiness.register("fast", lambda: (True, "ok"))
+    # The checks that answer get a bound no busy box reaches: only the hung one may time out.
+    readiness.register("fast", lambda: (True, "ok"), timeout_s=30.0)
     readiness.register("database", hung)
     assert [r.detail for r in readiness.snapshot()] == [NOT_EVALUATED] * 2
     assert not readiness.ready()
@@ -53,7 +54,7 @@ def test_a_hung_check_fails_within_its_bound_and_is_not_called_again(
 def test_readers_never_wait_and_next_round_sees_a_change(released: threading.Event) -> None:
     state = {"ok": True}
     readiness = Readiness(timeout_s=0.2)
-    readiness.register("flag", lambda: (state["ok"], "flag"))
+    readiness.register("flag", lambda: (state["ok"], "flag"), timeout_s=30.0)
     readiness.register("hung", lambda: (released.wait(), "late"))
     seen: list[bool] = []
     readiness.subscribe(lambda results: seen.append(results[0].ok))
