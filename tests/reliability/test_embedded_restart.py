@@ -91,7 +91,7 @@ def test_a_killed_embedded_postmaster_is_restarted_and_nothing_is_lost(
 
         mirror("before", 20)
         wait_until(lambda: service.journal.depth_records("scorer") == 0)
-        assert value("understudy_db_up") == 1.0
+        wait_until(lambda: value("understudy_db_up") == 1.0, timeout=HANG_GUARD_S)
         postmaster = running_pid(data_dir)
         assert postmaster is not None
         held = children(postmaster)[0]  # any backend keeps the shared memory attached
