@@ -41,6 +41,7 @@ from service.protocols.lifecycle import (
     State,
     authorize,
     authorize_read,
+    authorize_role,
     next_state,
 )
 from service.protocols.lock import (
@@ -115,6 +116,7 @@ __all__ = [
     "authority_breaches",
     "authorize",
     "authorize_read",
+    "authorize_role",
     "canonical_json",
     "changed_fields",
     "check_protocol",

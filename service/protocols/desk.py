@@ -28,6 +28,7 @@ from service.protocols.lifecycle import (
     State,
     authorize,
     authorize_read,
+    authorize_role,
     next_state,
 )
 from service.protocols.lock import content_hash, ensure_unchanged, to_document
@@ -219,6 +220,7 @@ class ProtocolDesk:
     ) -> RecordedProtocol:
         """Record an independent approval of exactly the content hashed `content_sha256`."""
         why = _reason(reason)
+        authorize_role(Action.APPROVE, who)  # before the lookup: a 404 would tell what exists
         record = self._get(protocol_id, version)
         authorize(Action.APPROVE, who, record.owners, record.submitted_by)
         if content_sha256 != record.content_sha256:
@@ -244,6 +246,7 @@ class ProtocolDesk:
         an online-bounded one must have been submitted and approved.
         """
         why = _reason(reason)
+        authorize_role(Action.START, who)
         record = self.records.find(protocol_id, version)
         if document is not None:
             protocol = parse_protocol(document)
@@ -280,6 +283,7 @@ class ProtocolDesk:
     ) -> RecordedProtocol:
         """Stop (or withdraw) a version; always allowed to admin and safety."""
         why = _reason(reason)
+        authorize_role(Action.STOP, who)
         record = self._get(protocol_id, version)
         return self._move(record, Action.STOP, who, why, evidence or {})
 
@@ -288,6 +292,7 @@ class ProtocolDesk:
     ) -> RecordedProtocol:
         """Safety signals Runtime to roll back an online experiment (never an action by us)."""
         why = _reason(reason)
+        authorize_role(Action.SIGNAL_ROLLBACK, who)
         record = self._get(protocol_id, version)
         return self._move(record, Action.SIGNAL_ROLLBACK, who, why, {})
 

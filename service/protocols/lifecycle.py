@@ -153,16 +153,11 @@ def next_state(action: Action, current: State | None, mode: Mode) -> State:
     return rule.target
 
 
-def authorize(
-    action: Action, who: Identity, owners: Collection[str], submitted_by: str | None
-) -> None:
-    """Raise `PermissionDenied` unless `who` may take `action` on a protocol.
+def authorize_role(action: Action, who: Identity) -> None:
+    """Raise `PermissionDenied` unless `who`'s role may ever take `action`.
 
-    Args:
-        action: the transition asked for.
-        who: the caller.
-        owners: the protocol's owners (principal names).
-        submitted_by: the principal that recorded the draft (None before it is).
+    Needs no record, so callers run it before looking one up: a token without
+    the role must not learn from a 404 which protocols exist.
     """
     rule = RULES[action]
     if action is Action.APPROVE and who.role is ActorRole.ADMIN:
@@ -174,6 +169,20 @@ def authorize(
         raise PermissionDenied(
             f"role `{who.role.value}` may not {action.value} a protocol; needs one of: {names}"
         )
+
+
+def authorize(
+    action: Action, who: Identity, owners: Collection[str], submitted_by: str | None
+) -> None:
+    """Raise `PermissionDenied` unless `who` may take `action` on a protocol.
+
+    Args:
+        action: the transition asked for.
+        who: the caller.
+        owners: the protocol's owners (principal names).
+        submitted_by: the principal that recorded the draft (None before it is).
+    """
+    authorize_role(action, who)
     if action is Action.APPROVE and (who.principal in owners or who.principal == submitted_by):
         raise PermissionDenied(
             f"`{who.principal}` owns or submitted this protocol and cannot approve it;"

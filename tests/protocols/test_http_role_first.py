@@ -14,7 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.protocols.conftest import unique
+from service.contract.errors import NotFound, PermissionDenied
+from tests.protocols.conftest import TOKENS, unique
 
 ACTIONS = {  # verb: (a body the route accepts, a role that may never take it)
     "approve": ({"content_sha256": "0" * 64, "reason": "r"}, "rita-reviewer"),
@@ -78,3 +79,19 @@ def test_a_role_that_may_act_still_gets_404_for_a_missing_protocol(
 ) -> None:
     response = _post(http, unique(shadow_doc), verb, MAY_ACT[verb])
     assert response.status_code == 404, response.text
+
+
+@pytest.mark.parametrize("verb", sorted(ACTIONS))
+def test_the_desk_itself_checks_the_role_before_the_lookup(desk: Any, verb: str) -> None:
+    """Callers of the desk other than HTTP (the CLI, the evaluator) get the same order."""
+    missing = "never-recorded"
+    call = {
+        "approve": lambda who: desk.approve(missing, 1, "0" * 64, who, "r"),
+        "start": lambda who: desk.start(missing, 1, who, "r"),
+        "stop": lambda who: desk.stop(missing, 1, who, "r"),
+        "rollback-signal": lambda who: desk.signal_rollback(missing, 1, who, "r"),
+    }[verb]
+    with pytest.raises(PermissionDenied):
+        call(TOKENS[ACTIONS[verb][1]])
+    with pytest.raises(NotFound):  # a role that may act learns the version is not recorded
+        call(TOKENS[MAY_ACT[verb]])

@@ -42,9 +42,8 @@ from service.protocols import (
     RecordedProtocol,
     Severity,
     State,
-    authorize,
+    authorize_role,
 )
-from service.protocols.lifecycle import OWNER_ACTIONS
 from service.transport.http.models import ErrorModel
 
 Identify = Callable[[str | None], Identity]
@@ -185,15 +184,13 @@ def _finding(f: Finding) -> FindingModel:
 
 
 def _role_first(action: Action, who: Identity) -> Identity:
-    """Refuse a caller whose role may never take `action`, before anything is looked up.
+    """Refuse a caller whose role may never take `action` before the body is even read.
 
-    The desk checks roles against the recorded version, so a token without the
-    role would learn from a 404 which protocols exist (issue 20). Here only the
-    role part of `authorize` runs (ownership and independence need the record
-    and stay the desk's), before the body or the version is even read: the same
-    403 whether or not the protocol exists.
+    The desk checks the role before it looks the version up; here it runs
+    earlier still, so a bad body or version cannot tell a token without the
+    role anything either: the same 403 whether or not the protocol exists.
     """
-    authorize(action, who, (who.principal,) if action in OWNER_ACTIONS else (), None)
+    authorize_role(action, who)
     return who
 
 
