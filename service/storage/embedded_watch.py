@@ -20,11 +20,11 @@ which the ``database`` readiness check shows instead of its probe.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from service.storage.embedded import died_pid, start_embedded
+from service.storage.periodic import PeriodicThread
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +56,11 @@ class EmbeddedWatch:
     ) -> None:
         self.data_dir = Path(data_dir)
         self._on_attempt = on_attempt
-        self._interval_s = interval_s
         self._backoff_s = backoff_s
         self._backoff_max_s = backoff_max_s
         self._stop_at_exit = stop_at_exit
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread = PeriodicThread("embedded-db-watch", interval_s, self.check)
+        self._stop = self._thread.stopping
         self._attempt = 0
         self.restarts = 0
         """Restarts that brought the server back."""
@@ -73,27 +72,18 @@ class EmbeddedWatch:
 
     def start(self) -> None:
         """Watch on a daemon thread until `stop`."""
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="embedded-db-watch", daemon=True)
         self._thread.start()
 
     def stop(self, timeout_s: float = 15.0) -> None:
         """Stop watching (an attempt in progress finishes first, bounded by `timeout_s`)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-            self._thread = None
+        self._thread.stop(timeout_s)
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            dead = died_pid(self.data_dir)
-            if dead is not None:
-                log.error(
-                    "embedded PostgreSQL pid %d on %s died; restarting it", dead, self.data_dir
-                )
-                self._restart()
+    def check(self) -> None:
+        """One look at the postmaster: restart it if it died."""
+        dead = died_pid(self.data_dir)
+        if dead is not None:
+            log.error("embedded PostgreSQL pid %d on %s died; restarting it", dead, self.data_dir)
+            self._restart()
 
     def _restart(self) -> None:
         wait_s = self._backoff_s

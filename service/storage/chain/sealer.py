@@ -17,10 +17,10 @@ a seal succeeds again — which it will not do by itself while the tamper stands
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Protocol
 
 from service.metrics import ServiceMetrics
+from service.storage.periodic import PeriodicThread
 
 log = logging.getLogger(__name__)
 
@@ -81,15 +81,11 @@ class SealerLoop:
         interval_s: float,
         refusals: tuple[type[BaseException], ...] = (),
     ) -> None:
-        if interval_s <= 0:
-            raise ValueError(f"`interval_s` must be > 0, got {interval_s}")
         self._sealing = sealing
         self._observer = observer
-        self._interval_s = interval_s
         self._refusals = refusals
         self._refusal: str | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread = PeriodicThread("chain-sealer", interval_s, self.tick)
 
     def status(self) -> tuple[bool, str]:
         """Readiness: (False, why) while the last seal was refused; never blocks."""
@@ -114,19 +110,12 @@ class SealerLoop:
 
     def start(self) -> None:
         """Start the thread."""
-        self._thread = threading.Thread(target=self._run, name="chain-sealer", daemon=True)
         self._thread.start()
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop after the current seal and seal once more, so a clean stop leaves nothing behind."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-            self._thread = None
-            self.tick()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
+        if self._thread.running:
+            self._thread.stop(timeout_s)
             self.tick()
 
 

@@ -30,7 +30,6 @@ service's role and are never touched; they are bounded by the API's own
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -38,6 +37,7 @@ from sqlalchemy import Connection, Engine, text
 
 from service.contract.errors import Unavailable
 from service.storage.engine import unavailable_on_failure
+from service.storage.periodic import PeriodicThread
 from service.storage.reviewer.tables import REVIEWER_ROLE
 
 log = logging.getLogger(__name__)
@@ -174,14 +174,10 @@ class ReviewerGuardLoop:
         on_sweep: Callable[[Sweep], None],
         on_failure: Callable[[], None],
     ) -> None:
-        if interval_s <= 0:
-            raise ValueError(f"`interval_s` must be > 0, got {interval_s}")
         self._guard = guard
-        self._interval_s = interval_s
         self._on_sweep = on_sweep
         self._on_failure = on_failure
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread = PeriodicThread("reviewer-guard", interval_s, self.tick)
 
     def tick(self) -> None:
         """One sweep, reported; never raises."""
@@ -199,15 +195,8 @@ class ReviewerGuardLoop:
 
     def start(self) -> None:
         """Start the thread."""
-        self._thread = threading.Thread(target=self._run, name="reviewer-guard", daemon=True)
         self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            self.tick()
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop the thread and wait for it (a sweep in progress finishes)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
+        self._thread.stop(timeout_s)
