@@ -166,6 +166,21 @@ def logged_once(engine: Engine, ids: list[str]) -> dict[str, int]:
     return {rid: n for rid, n in rows}
 
 
+def _accepted_again(service: Service, mirrors: Mirrors) -> None:
+    """After recovery: unary and stream accept too, and readiness says the journal is fine."""
+    assert mirrors.unary("after")
+    assert mirrors.stream("after", 3)[-1].accepted == 3
+    wait_until(lambda: journal_check(service)[1]["ok"])
+
+
+def _counted_and_logged_once(service: Service, mirrors: Mirrors) -> None:
+    """Every answer counted; every accepted request logged once, no shed one at all."""
+    assert_every_answer_counted(service, mirrors)
+    wait_until(lambda: service.journal.depth_records("scorer") == 0)
+    assert service.engine is not None
+    assert logged_once(service.engine, mirrors.accepted) == dict.fromkeys(mirrors.accepted, 1)
+
+
 def start(make_service: Callable[..., Service], disk: Path, gated: GatedPolicy) -> Service:
     return make_service(
         policies=Registry(policies={"gated": gated}, predictors={}),
@@ -218,18 +233,12 @@ def test_a_disk_filled_by_another_file_sheds_counts_shows_and_heals_at_once(
         freed = time.perf_counter()
         assert mirrors.http("after"), "the first request after space returned was refused"
         took_ms = (time.perf_counter() - freed) * 1e3
-        assert mirrors.unary("after")
-        assert mirrors.stream("after", 3)[-1].accepted == 3
-        wait_until(lambda: journal_check(service)[1]["ok"])
+        _accepted_again(service, mirrors)
         print(
             f"\n[disk full] {refused} shed while full (disk_full), "
             f"first request after freeing accepted in {took_ms:.1f} ms"
         )
-        assert_every_answer_counted(service, mirrors)
-        wait_until(lambda: service.journal.depth_records("scorer") == 0)
-        assert service.engine is not None
-        logged = logged_once(service.engine, mirrors.accepted)
-        assert logged == dict.fromkeys(mirrors.accepted, 1)  # accepted: once; shed: never
+        _counted_and_logged_once(service, mirrors)
     finally:
         mirrors.close()
 
@@ -260,16 +269,11 @@ def test_a_disk_the_journal_filled_recovers_once_the_scorer_drains_it(
         wait_until(lambda: service.journal.depth_records("scorer") == 0, timeout=90)
         drained_s = time.perf_counter() - released
         assert mirrors.http("after"), "refused after the scorer drained everything"
-        assert mirrors.unary("after")
-        assert mirrors.stream("after", 3)[-1].accepted == 3
-        wait_until(lambda: journal_check(service)[1]["ok"])
+        _accepted_again(service, mirrors)
         print(
             f"\n[disk full] the journal filled 2 MiB with {filled} requests; the scorer drained"
             f" it in {drained_s:.1f} s and the next request was accepted"
         )
-        assert_every_answer_counted(service, mirrors)
-        wait_until(lambda: service.journal.depth_records("scorer") == 0)
-        assert service.engine is not None
-        assert logged_once(service.engine, mirrors.accepted) == dict.fromkeys(mirrors.accepted, 1)
+        _counted_and_logged_once(service, mirrors)
     finally:
         mirrors.close()
