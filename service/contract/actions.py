@@ -9,7 +9,7 @@ option ``i`` covers entries ``node_offsets[i]:node_offsets[i + 1]`` of
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -17,7 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.contract.errors import InvalidInput
-from service.contract.state import frozen_array
+from service.contract.state import EMPTY_I32, EMPTY_I64, frozen_array
 
 DEFER: int = -1
 """The action that places nothing now; Runtime may retry later."""
@@ -32,12 +32,25 @@ class PlacementOptions:
         node_index: int32, shape ``(n_entries,)``, node index into the cluster state.
         accelerators: int32, shape ``(n_entries,)``, accelerators taken on that node.
         option_ids: Runtime's id per option (may be empty strings).
+        device_offsets: int64, shape ``(n_entries + 1,)``, or empty: the devices each
+            node entry would use, in CSR form over ``device_index``; empty = options
+            do not name devices, and feasibility asks whether *some* devices of the
+            node fit (docs/contract.md, "Feasibility").
+        device_index: int32, index into the state's device columns (global, not per
+            node); each named device must belong to its entry's node.
     """
 
     node_offsets: NDArray[np.int64]
     node_index: NDArray[np.int32]
     accelerators: NDArray[np.int32]
     option_ids: tuple[str, ...]
+    device_offsets: NDArray[np.int64] = field(default_factory=lambda: EMPTY_I64)
+    device_index: NDArray[np.int32] = field(default_factory=lambda: EMPTY_I32)
+
+    @property
+    def names_devices(self) -> bool:
+        """Whether the options name the devices each entry would use."""
+        return len(self.device_offsets) > 0
 
     @property
     def n_options(self) -> int:

@@ -25,22 +25,30 @@ from service.contract.errors import InvalidInput
 class HardwareClass:
     """Capabilities of one accelerator of a class (or of the host, for CPU pools).
 
+    A capability number Runtime does not know (unpublished hardware, a new
+    partition profile) is None, never zero: zero would turn an accelerator
+    into a CPU pool. Features carry an explicit "unknown" indicator and a
+    documented imputation (docs/contract.md, "Unknown capabilities").
+
     Attributes:
-        name: Runtime's name for the class, e.g. ``"A100-80GB"``.
-        accelerator_memory_gb: memory per accelerator in GB; 0 for CPU-only pools.
-        peak_dense_tflops: peak dense throughput per accelerator, TFLOP/s.
-        memory_bandwidth_gbps: accelerator memory bandwidth, GB/s.
-        interconnect_gbps: accelerator-to-accelerator bandwidth within a node, GB/s.
+        name: Runtime's name for the class, e.g. ``"A100-80GB"``; a partition
+            (MIG-style slice) is its own class, e.g. ``"A100-80GB-3g.40gb"``.
+        accelerator_memory_gb: memory per accelerator in GB; 0 for CPU-only pools;
+            None = unknown.
+        peak_dense_tflops: peak dense throughput per accelerator, TFLOP/s; None = unknown.
+        memory_bandwidth_gbps: accelerator memory bandwidth, GB/s; None = unknown.
+        interconnect_gbps: accelerator-to-accelerator bandwidth within a node, GB/s;
+            None = unknown.
     """
 
     name: str
-    accelerator_memory_gb: float
-    peak_dense_tflops: float
-    memory_bandwidth_gbps: float
-    interconnect_gbps: float
+    accelerator_memory_gb: float | None
+    peak_dense_tflops: float | None
+    memory_bandwidth_gbps: float | None
+    interconnect_gbps: float | None
 
     def validate(self, where: str) -> None:
-        """Raise `InvalidInput` naming `where` unless every capability is finite and >= 0."""
+        """Raise `InvalidInput` naming `where` unless every known capability is finite and >= 0."""
         if not self.name or not self.name.strip():
             raise InvalidInput(f"{where}.name", "must be a non-empty string")
         for attr in (
@@ -50,6 +58,8 @@ class HardwareClass:
             "interconnect_gbps",
         ):
             value = getattr(self, attr)
+            if value is None:
+                continue
             if not math.isfinite(value):
                 raise InvalidInput(f"{where}.{attr}", f"must be finite, got {value}")
             if value < 0:
@@ -57,9 +67,25 @@ class HardwareClass:
 
     @property
     def has_accelerators(self) -> bool:
-        """Whether the class offers accelerators at all (CPU pools do not)."""
-        return self.accelerator_memory_gb > 0
+        """Whether the class offers accelerators at all (CPU pools, memory 0, do not).
 
+        Unknown memory counts as an accelerator class: only a stated 0 makes a CPU pool.
+        """
+        return self.accelerator_memory_gb is None or self.accelerator_memory_gb > 0
+
+    @property
+    def unknown_capabilities(self) -> tuple[str, ...]:
+        """Names of the capability numbers that are None (unknown)."""
+        return tuple(a for a in CAPABILITIES if getattr(self, a) is None)
+
+
+CAPABILITIES: tuple[str, ...] = (
+    "accelerator_memory_gb",
+    "peak_dense_tflops",
+    "memory_bandwidth_gbps",
+    "interconnect_gbps",
+)
+"""The capability numbers of a class, in wire order."""
 
 _KNOWN = (
     HardwareClass("H100-SXM", 80.0, 989.0, 3350.0, 900.0),

@@ -8,10 +8,13 @@ from service.contract.actions import PlacementOptions
 from service.contract.state import ClusterState
 from service.contract.workload import Workload
 
-SCHEMA_VERSION: int = 1
-"""The request schema this build speaks. Requests declaring another are refused."""
+SCHEMA_VERSION: int = 2
+"""The request schema this build speaks (contract v2: devices, open vocabularies,
+unknown capabilities, production's distribution)."""
 
-SUPPORTED_SCHEMA_VERSIONS: frozenset[int] = frozenset({SCHEMA_VERSION})
+SUPPORTED_SCHEMA_VERSIONS: frozenset[int] = frozenset({1, SCHEMA_VERSION})
+"""Version 1 is still accepted and mapped onto version 2 by the rule in docs/contract.md
+("Versioning"). Requests declaring another version are refused."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,10 +24,18 @@ class ProductionDecision:
     The propensity is the probability production's policy gave the chosen
     action. It may be unknown (None): off-policy estimators that need it then
     report the request as unusable instead of guessing.
+
+    ``probabilities`` is production's whole distribution, as Decision Service
+    logs carry it: one probability per option, and ``defer_probability`` for
+    `DEFER`; None when Runtime does not send it. When present it sums to 1 with
+    the defer probability, is zero on masked options and agrees with
+    ``propensity`` (validated), and the overlap and tail diagnostics use it.
     """
 
     option: int
     propensity: float | None
+    probabilities: tuple[float, ...] | None = None
+    defer_probability: float | None = None
 
 
 @dataclass(frozen=True, eq=False)

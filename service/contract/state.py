@@ -7,6 +7,7 @@ options, never per node in Python.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 from collections.abc import Sequence
@@ -21,6 +22,17 @@ from service.contract.hardware import HardwareClass
 
 _Scalar = TypeVar("_Scalar", bound=np.generic)
 _INT32_MAX = int(np.iinfo(np.int32).max)
+
+
+def _empty(dtype: type[_Scalar]) -> NDArray[_Scalar]:
+    array: NDArray[_Scalar] = np.zeros(0, dtype=dtype)
+    array.flags.writeable = False
+    return array
+
+
+EMPTY_I64 = _empty(np.int64)
+EMPTY_I32 = _empty(np.int32)
+EMPTY_F32 = _empty(np.float32)
 
 
 def frozen_array(values: object, dtype: type[_Scalar]) -> NDArray[_Scalar]:
@@ -58,6 +70,17 @@ class ClusterState:
         locality: interconnect domain per node (rack / NVLink or IB island):
             nodes sharing it communicate fast.
         labels: ``"key=value"`` labels per node, for affinity rules.
+        device_offsets: int64, shape ``(n_nodes + 1,)``, or empty: the node's
+            accelerator devices in CSR form, node i owns devices
+            ``device_offsets[i]:device_offsets[i + 1]`` of the ``device_*`` columns.
+            Empty = the sender has no per-device data; `service.contract.devices`
+            then derives devices from the node counts by the documented rule.
+        device_hardware: int32 per device, index into ``hardware`` (a MIG-style
+            partition is a device with its own class).
+        device_free_share: float32 per device, free share of its compute in [0, 1]
+            (1 = wholly free, 0 = wholly taken).
+        device_free_memory_gb: float32 per device, free device memory, GB.
+        device_ids: Runtime's id per device (e.g. ``"gpu3"``); empty or one per device.
     """
 
     node_ids: tuple[str, ...]
@@ -76,6 +99,18 @@ class ClusterState:
     zone: tuple[str, ...]
     locality: tuple[str, ...]
     labels: tuple[frozenset[str], ...]
+    device_offsets: NDArray[np.int64] = dataclasses.field(default_factory=lambda: EMPTY_I64)
+    device_hardware: NDArray[np.int32] = dataclasses.field(default_factory=lambda: EMPTY_I32)
+    device_free_share: NDArray[np.float32] = dataclasses.field(default_factory=lambda: EMPTY_F32)
+    device_free_memory_gb: NDArray[np.float32] = dataclasses.field(
+        default_factory=lambda: EMPTY_F32
+    )
+    device_ids: tuple[str, ...] = ()
+
+    @property
+    def has_devices(self) -> bool:
+        """Whether the sender gave per-device data (else devices are derived from node counts)."""
+        return len(self.device_offsets) > 0
 
     @property
     def n_nodes(self) -> int:

@@ -8,7 +8,13 @@ from typing import Any
 
 
 class WorkloadKind(StrEnum):
-    """What the job does; placement trade-offs differ by kind."""
+    """The workload kinds the shipped policies know; placement trade-offs differ by kind.
+
+    The contract's vocabulary is open (issue 22): `Workload.kind` is any bounded
+    string, an unknown one is accepted, featurised as "other", counted and
+    flagged by drift as unseen, as unseen hardware already is. These are the
+    documented known values.
+    """
 
     TRAIN = "train"
     FINETUNE = "finetune"
@@ -22,10 +28,12 @@ class Workload:
 
     Attributes:
         workload_id: Runtime's job id.
-        kind: train / finetune / infer / batch.
+        kind: open vocabulary; known values in `WorkloadKind` (train / finetune /
+            infer / batch); others are accepted and featurised as "other".
         model_family: e.g. ``"ResNet-50"``, ``"Transformer"``, ``"LM"``.
         model_size_b: model parameters, billions.
-        accelerators: accelerators requested in total (across the gang).
+        accelerators: whole accelerator devices requested in total (across the gang);
+            0 for a CPU job or a share job.
         accelerator_memory_gb: memory needed on each accelerator, GB.
         cpu_per_node: host CPU cores needed on every node of the placement.
         memory_per_node_gb: host memory needed on every node of the placement.
@@ -37,10 +45,16 @@ class Workload:
         allowed_hardware: hardware class names the job may run on; empty = any.
         affinity: node labels (``"key=value"``) every node of the placement must carry.
         anti_affinity: node labels no node of the placement may carry.
+        accelerator_share: for a job that asks for a *share* of one device (fractional
+            GPU sharing, time-slicing), the share of that device's compute, in (0, 1];
+            with it, ``accelerators`` is 0 and ``accelerator_memory_gb`` is the memory
+            it needs on that device. None = the job asks for whole devices.
+        qos_class: Runtime's quality-of-service class (open vocabulary; known values
+            in `KNOWN_QOS_CLASSES`); empty = not given.
     """
 
     workload_id: str
-    kind: WorkloadKind
+    kind: str
     model_family: str
     model_size_b: float
     accelerators: int
@@ -55,10 +69,34 @@ class Workload:
     allowed_hardware: frozenset[str] = field(default_factory=frozenset)
     affinity: frozenset[str] = field(default_factory=frozenset)
     anti_affinity: frozenset[str] = field(default_factory=frozenset)
+    accelerator_share: float | None = None
+    qos_class: str = ""
+
+    @property
+    def is_share(self) -> bool:
+        """Whether the job asks for a share of one device rather than whole devices."""
+        return self.accelerator_share is not None
+
+    @property
+    def kind_known(self) -> bool:
+        """Whether `kind` is one of the documented `WorkloadKind` values."""
+        return self.kind in _KNOWN_KINDS
+
+
+_KNOWN_KINDS = frozenset(k.value for k in WorkloadKind)
+
+KNOWN_QOS_CLASSES: tuple[str, ...] = ("LS", "BE", "Burstable", "Guaranteed", "BestEffort")
+"""QoS classes documented in docs/contract.md: Alibaba's latency-sensitive / best-effort and
+Kubernetes' pod QoS classes. Others are accepted and featurised as "other"."""
 
 
 def workload_from_fields(
-    src: Any, kind: WorkloadKind, slo_seconds: float | None, work_units: float | None
+    src: Any,
+    kind: str,
+    slo_seconds: float | None,
+    work_units: float | None,
+    accelerator_share: float | None = None,
+    qos_class: str = "",
 ) -> Workload:
     """A `Workload` from either wire form; the caller decodes the kind and optional fields,
     whose encodings differ (a protobuf enum and presence bits, JSON strings and nulls)."""
@@ -79,4 +117,6 @@ def workload_from_fields(
         allowed_hardware=frozenset(src.allowed_hardware),
         affinity=frozenset(src.affinity),
         anti_affinity=frozenset(src.anti_affinity),
+        accelerator_share=accelerator_share,
+        qos_class=qos_class,
     )
