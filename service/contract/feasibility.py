@@ -52,6 +52,28 @@ class ConstraintSignal(StrEnum):
 SIGNALS: tuple[ConstraintSignal, ...] = tuple(ConstraintSignal)
 
 
+_BIT_WEIGHTS = (1 << np.arange(len(SIGNALS), dtype=np.uint16)).astype(np.uint16)
+
+
+def bits_of(violations: NDArray[np.bool_]) -> NDArray[np.uint16]:
+    """Pack ``(n_options, len(SIGNALS))`` violations into one uint16 per option."""
+    v = np.asarray(violations, dtype=bool).reshape(-1, len(SIGNALS))
+    packed: NDArray[np.uint16] = (v.astype(np.uint16) * _BIT_WEIGHTS).sum(axis=1, dtype=np.uint16)
+    return packed
+
+
+def violations_of(bits: NDArray[np.integer[Any]]) -> NDArray[np.bool_]:
+    """Unpack per-option bits into ``(n_options, len(SIGNALS))`` violations."""
+    b = np.asarray(bits, dtype=np.uint16).reshape(-1, 1)
+    out: NDArray[np.bool_] = (b & _BIT_WEIGHTS) != 0
+    return out
+
+
+def signals_of(bits: int) -> tuple[ConstraintSignal, ...]:
+    """The signals one option's bitmask names, in `SIGNALS` order."""
+    return tuple(s for i, s in enumerate(SIGNALS) if bits >> i & 1)
+
+
 @dataclass(frozen=True, eq=False)
 class Feasibility:
     """Per-option feasibility.
@@ -69,6 +91,14 @@ class Feasibility:
     def failed(self, option: int) -> tuple[ConstraintSignal, ...]:
         """The signals that made `option` infeasible (empty if feasible)."""
         return tuple(s for s, hit in zip(SIGNALS, self.violations[option], strict=True) if hit)
+
+    @property
+    def bits(self) -> NDArray[np.uint16]:
+        """Per-option bitmask, shape ``(n_options,)``: bit i set when ``SIGNALS[i]`` fired.
+
+        The compact form the decision log keeps once per request (migration 0010).
+        """
+        return bits_of(self.violations)
 
     @property
     def any_feasible(self) -> bool:

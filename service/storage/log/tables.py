@@ -91,6 +91,13 @@ requests = Table(
     Column("production_option", Integer),
     Column("production_propensity", Double),
     Column("production_source", Text),
+    # Contract v2 (migration 0010): per-option feasibility bits (uint16 LE per option,
+    # bit i = SIGNALS[i]), production's whole distribution (float64 LE, options then
+    # defer), the QoS class. NULL on rows logged before.
+    Column("feasibility_version", Text),
+    Column("feasibility_bits", LargeBinary),
+    Column("production_probabilities_f64", LargeBinary),
+    Column("qos_class", Text),
     PrimaryKeyConstraint("request_id", "request_time", name="requests_pkey"),
     CheckConstraint(
         "production_source IN ('mirror', 'outcome')", name="requests_production_source"
