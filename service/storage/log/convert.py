@@ -65,7 +65,7 @@ def rows_from(
         journal_seq=journal_seq,
         schema_version=request.schema_version,
         workload_id=workload.workload_id,
-        workload_kind=workload.kind.value,
+        workload_kind=str(workload.kind),
         tenant=workload.tenant,
         model_family=workload.model_family,
         accelerators_requested=workload.accelerators,

@@ -147,7 +147,7 @@ def mirror_to_json(request: MirrorRequest) -> bytes:
         ),
         workload=WorkloadModel(
             workload_id=w.workload_id,
-            kind=w.kind.value,
+            kind=str(w.kind),
             model_family=w.model_family,
             model_size_b=w.model_size_b,
             accelerators=w.accelerators,
