@@ -26,6 +26,7 @@ from google.protobuf.message import DecodeError
 from service.contract import FeatureFunction, InvalidInput, MirrorRequest
 from service.contract.errors import Unavailable
 from service.pipeline.dead_letter import DeadLetter, DeadLetterBox
+from service.pipeline.feasibility_log import logged_feasibility
 from service.pipeline.journal import IngestJournal
 from service.pipeline.journal_format import JournalRecord
 from service.pipeline.quarantine import Quarantine
@@ -124,6 +125,7 @@ class BatchScorer:
         policies = [p for p in self._policies() if self.quarantine.is_active(str(p.name))]
         decisions: list[ScoredDecision] = []
         runs: list[PolicyRun] = []
+        scored: ScoringBatch | None = None
         if requests and policies:
             scored, decisions, runs = score_requests(
                 [r.request for r in requests], policies, self._features, self._config.budgets_s
@@ -131,7 +133,8 @@ class BatchScorer:
             scale = max(1.0, len(requests) / REFERENCE_BATCH)
             for run in runs:
                 self.quarantine.record(run.policy, self._strike(run, scale))
-        if self.on_scored is not None and decisions:  # drift (service.evaluator.drift_monitor)
+        # drift (service.evaluator.drift_monitor)
+        if self.on_scored is not None and scored is not None and decisions:
             self.on_scored(scored, decisions)
         self._observer.on_batch(len(requests), runs, decisions)
         batch = ScoredBatch(
@@ -142,6 +145,9 @@ class BatchScorer:
             feature_version=self._features.version,
             feature_hash=self._features.definition_hash,
             last_seq=records[-1].seq,
+            feasibility=logged_feasibility(
+                [r.seq for r in requests], [r.request for r in requests], scored
+            ),
         )
         return self._write_until_committed(batch)
 
@@ -224,6 +230,7 @@ class BatchScorer:
             feature_version=batch.feature_version,
             feature_hash=batch.feature_hash,
             last_seq=batch.last_seq,
+            feasibility=batch.feasibility,
         )
 
     def _dead_letter(self, item: LoggedRequest | LoggedOutcome, reason: str) -> None:

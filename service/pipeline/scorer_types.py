@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from service.contract import MirrorRequest, Outcome
+from service.pipeline.feasibility_log import LoggedFeasibility
 from service.pipeline.journal_format import JournalRecord, RecordKind
 from service.pipeline.scoring import ScoredDecision
 from service.policies.base import Policy
@@ -51,6 +52,8 @@ class ScoredBatch:
     feature_version: str
     feature_hash: str
     last_seq: int
+    feasibility: LoggedFeasibility | None = None
+    """The requests' per-option feasibility bits, from the scoring pass (None: not known)."""
 
 
 @dataclass(frozen=True)

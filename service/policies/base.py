@@ -44,12 +44,21 @@ class ScoringBatch:
         mask: bool, shape ``(n_options_total,)``, True where the option is feasible.
         requests: the contract requests, for baselines that read raw state or
             production's decision; ONNX policies only read the arrays.
+        feasibility_bits: uint16, shape ``(n_options_total,)``: per option, bit i
+            set when ``SIGNALS[i]`` fired (`Feasibility.bits`), kept from the one
+            feasibility pass that made `mask` so the decision log can store why an
+            option was masked without checking it again; None when the batch was
+            built without it (simulators, tests).
+        feasibility_version: the feasibility function's version `feasibility_bits`
+            were computed with ('' when there are none).
     """
 
     features: NDArray[np.float32]
     offsets: NDArray[np.int64]
     mask: NDArray[np.bool_]
     requests: Sequence[MirrorRequest]
+    feasibility_bits: NDArray[np.uint16] | None = None
+    feasibility_version: str = ""
 
     @property
     def n_requests(self) -> int:

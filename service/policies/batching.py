@@ -28,7 +28,8 @@ def make_batch(
 
     Features and masks are computed for the whole batch in one vectorised pass
     each (`FeatureFunction.batch`, `check_feasibility_batch`), bit-identical to
-    featurising and checking request by request.
+    featurising and checking request by request. The per-option signal bits of
+    that one pass travel with the batch (`ScoringBatch.feasibility_bits`) for the log.
     """
     counts = [r.options.n_options for r in requests]
     offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
@@ -40,12 +41,14 @@ def make_batch(
             requests=(),
         )
     rows = features.batch([(r.state, r.workload, r.options) for r in requests])
-    mask = check_feasibility_batch(
+    feasibility = check_feasibility_batch(
         [(r.state, r.workload, r.options, r.quota_remaining) for r in requests]
-    ).mask
+    )
     return ScoringBatch(
         features=np.ascontiguousarray(rows, dtype=np.float32),
         offsets=offsets,
-        mask=mask.astype(bool),
+        mask=feasibility.mask.astype(bool),
         requests=tuple(requests),
+        feasibility_bits=feasibility.bits,
+        feasibility_version=feasibility.version,
     )

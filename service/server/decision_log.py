@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from service.contract import DEFER
+from service.pipeline.feasibility_log import LoggedFeasibility
 from service.pipeline.scorer import ScoredBatch, SinkResult
 from service.pipeline.scoring import ScoredDecision
 from service.policies.base import DecisionStatus
@@ -112,6 +113,7 @@ class DecisionLogSink:
             now = self._clock()
             requests = []
             snapshots: dict[bytes, SnapshotRow] = {}
+            feasibility = batch.feasibility or LoggedFeasibility("", {})
             for logged in batch.requests:
                 row, snapshot = rows_from(
                     logged.request,
@@ -120,6 +122,7 @@ class DecisionLogSink:
                     logged.received_at,
                     batch.feature_version,
                     batch.feature_hash,
+                    *feasibility.of(logged.seq),
                 )
                 requests.append(row)
                 if snapshot is not None:

@@ -30,6 +30,8 @@ def rows_from(
     received_at: float,
     feature_version: str,
     feature_hash: str,
+    feasibility_version: str | None = None,
+    feasibility_bits: bytes | None = None,
 ) -> tuple[RequestRow, SnapshotRow | None]:
     """The request row and its cluster-state snapshot row for one journaled mirror.
 
@@ -40,6 +42,8 @@ def rows_from(
         journal_seq: the journal sequence number of the record.
         received_at: when ingest accepted it, Unix seconds.
         feature_version, feature_hash: the feature definition used to score it.
+        feasibility_version, feasibility_bits: the per-option signal bits of the
+            scoring pass (`service.pipeline.feasibility_log`); None: not known.
 
     Returns:
         ``(request_row, snapshot_row)``; the snapshot is None when the payload
@@ -79,6 +83,9 @@ def rows_from(
         feature_hash=feature_hash,
         production_option=production.option if production is not None else None,
         production_propensity=production.propensity if production is not None else None,
+        feasibility_version=feasibility_version if feasibility_bits is not None else None,
+        feasibility_bits=feasibility_bits,
+        qos_class=workload.qos_class,
     )
     return row, snapshot
 

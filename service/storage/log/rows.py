@@ -83,6 +83,12 @@ class RequestRow:
     feature_hash: str
     production_option: int | None
     production_propensity: float | None
+    feasibility_version: str | None = None
+    """The feasibility function's version the bits were computed with (None: not logged)."""
+    feasibility_bits: bytes | None = None
+    """Little-endian uint16 per option, bit i set when that version's signal i fired."""
+    qos_class: str = ""
+    """Runtime's QoS class (open vocabulary); '' when not given."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,6 +81,9 @@ _REQUEST_COLS = (
     ("feature_hash", "text"),
     ("production_option", "int4"),
     ("production_propensity", "float8"),
+    ("feasibility_version", "text"),
+    ("feasibility_bits", "bytea"),
+    ("qos_class", "text"),
 )
 _DECISION_COLS = (
     ("request_id", "text"),
