@@ -18,6 +18,7 @@ from numpy.typing import NDArray
 from service.contract.actions import DEFER
 from service.contract.errors import InvalidInput, UnsupportedSchemaVersion
 from service.contract.outcome import Outcome
+from service.contract.production import check_distribution, check_request_support
 from service.contract.request import SUPPORTED_SCHEMA_VERSIONS, MirrorRequest, ProductionDecision
 from service.contract.state import ClusterState
 from service.contract.text import check_request_texts, check_text
@@ -106,15 +107,19 @@ def _check_column(field: str, values: NDArray[Any], n: int, minimum: float | Non
             raise InvalidInput(f"{field}[{bad}]", f"must be >= {minimum:g}, got {values[bad]}")
 
 
-def _check_production(field: str, production: ProductionDecision, n_options: int) -> None:
-    if production.option != DEFER and not 0 <= production.option < n_options:
+def _check_production(field: str, production: ProductionDecision, n_options: int | None) -> None:
+    """Production's decision; `n_options` is None for an outcome's (no request at hand)."""
+    bound = 2**31 - 1 if n_options is None else n_options
+    if production.option != DEFER and not 0 <= production.option < bound:
         raise InvalidInput(
             f"{field}.option",
-            f"must be -1 (defer) or in [0, {n_options}), got {production.option}",
+            f"must be -1 (defer) or in [0, {bound}), got {production.option}",
         )
     p = production.propensity
     if p is not None and not (math.isfinite(p) and 0.0 < p <= 1.0):
         raise InvalidInput(f"{field}.propensity", f"must be in (0, 1], got {p}")
+    # the whole distribution, when sent (service.contract.production)
+    check_distribution(field, production, n_options)
 
 
 def validate_state(request: MirrorRequest, limits: RequestLimits) -> None:
@@ -275,6 +280,7 @@ def validate_request(request: MirrorRequest, limits: RequestLimits | None = None
     if q is not None and not (math.isfinite(q) and q >= 0):
         raise InvalidInput("quota_remaining", f"must be finite and >= 0, got {q}")
     check_request_texts(request)
+    check_request_support(request)  # last: it runs feasibility on the validated request
 
 
 def validate_workload(request: MirrorRequest) -> None:
@@ -311,4 +317,4 @@ def validate_outcome(outcome: Outcome, limits: RequestLimits | None = None) -> N
     if outcome.production is not None:
         if outcome.production.option < DEFER:
             raise InvalidInput("production.option", "must be -1 (defer) or an option index")
-        _check_production("production", outcome.production, n_options=2**31 - 1)
+        _check_production("production", outcome.production, n_options=None)
