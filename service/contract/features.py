@@ -7,41 +7,79 @@ for a whole scorer micro-batch (one numpy pass per column instead of one per
 request); they give the same float32 rows bit for bit
 (tests/contract/test_features_batch.py). Each decision logs
 `FeatureFunction.version` and `FeatureFunction.definition_hash`; the hash
-covers the version string, every scaling constant and the source of both
-forms of the computation, so any edit to the definition — even one constant —
-changes it, and a policy trained on another definition is detected instead of
-silently fed shifted inputs.
+covers the version string, every scaling constant, the imputed capability
+numbers and the source of both forms of the computation, so any edit to the
+definition — even one constant — changes it, and a policy trained on another
+definition is detected instead of silently fed shifted inputs.
+
+`features-v2` (contract v2, issues 22 and 23) keeps every `features-v1`
+column (same definitions, some at new positions) and adds: an open workload
+kind ("other"), the QoS class, a share request, the fit of the option's
+devices, explicit indicators for unknown capability numbers, and the gang's
+shape (accelerators per node).
 
 Features per option (aggregated over the option's nodes; "min" for capabilities
 because a gang runs at the pace of its slowest member):
 
-====  ===============================  ==========================================
-col   name                             definition
-====  ===============================  ==========================================
-0     n_nodes                          log1p(nodes in option)
-1     cross_node                       1 if the option spans more than one node
-2     zones_spanned                    distinct zones - 1
-3     localities_spanned               distinct interconnect domains - 1
-4     accel_memory                     min per-accelerator memory / memory_scale_gb
-5     accel_memory_headroom            (min memory - needed) / memory_scale_gb
-6     peak_tflops                      log1p(min TFLOP/s) / log1p(tflops_scale)
-7     memory_bandwidth                 min bandwidth / bandwidth_scale_gbps
-8     interconnect                     min intra-node link / interconnect_scale_gbps
-9     known_hardware                   1 if every class is a known one
-10    utilisation                      mean accelerator utilisation of the nodes
-11    queue_length                     log1p(max queue length)
-12    take_fraction                    accelerators taken / accelerators free on the nodes
-13    free_after                       (free - taken) / total accelerators on the nodes
-14    cpu_free_fraction                min host CPU free / total
-15    memory_free_fraction             min host memory free / total
-16    unavailable                      1 if any node drains or is unhealthy
-17-20 kind_train..kind_batch           workload kind, one-hot
-21    model_size                       log1p(model size in billions)
-22    accelerators_requested           log2(1 + accelerators requested)
-23    priority                         priority / priority_scale
-24    slo                              log1p(SLO seconds) / slo_log_scale; 0 if none
-25    compute_per_param                log1p(total TFLOP/s of option / (1 + size_b))
-====  ===============================  ==========================================
+=====  ==========================  ==========================================
+col    name                        definition
+=====  ==========================  ==========================================
+0      n_nodes                     log1p(nodes in option)
+1      cross_node                  1 if the option spans more than one node
+2      zones_spanned               distinct zones - 1
+3      localities_spanned          distinct interconnect domains - 1
+4      accel_memory                min per-accelerator memory / memory_scale_gb
+5      accel_memory_headroom       (min memory - needed) / memory_scale_gb
+6      peak_tflops                 log1p(min TFLOP/s) / log1p(tflops_scale)
+7      memory_bandwidth            min bandwidth / bandwidth_scale_gbps
+8      interconnect                min intra-node link / interconnect_scale_gbps
+9      known_hardware              1 if every class is a known one
+10     utilisation                 mean accelerator utilisation of the nodes
+11     queue_length                log1p(max queue length)
+12     take_fraction               accelerators taken / accelerators free on the nodes
+13     free_after                  (free - taken) / total accelerators on the nodes
+14     cpu_free_fraction           min host CPU free / total
+15     memory_free_fraction        min host memory free / total
+16     unavailable                 1 if any node drains or is unhealthy
+17-20  kind_train..kind_batch      workload kind, one-hot over `WorkloadKind`
+21     kind_other                  1 if the kind is none of those (open vocabulary)
+22     qos_latency_sensitive       1 if QoS is ``LS`` or ``Guaranteed``
+23     qos_best_effort             1 if QoS is ``BE`` or ``BestEffort``
+24     qos_burstable               1 if QoS is ``Burstable``
+25     qos_other                   1 if QoS is set and none of the above;
+                                   unset QoS (``""``) = all four 0
+26     model_size                  log1p(model size in billions)
+27     accelerators_requested      log2(1 + whole accelerators requested)
+28     accelerator_share           the share of one device asked for; 0 = whole devices
+29     priority                    priority / priority_scale
+30     slo                         log1p(SLO seconds) / slo_log_scale; 0 if none
+31     compute_per_param           log1p(total TFLOP/s of option / (1 + size_b))
+32     capability_unknown          1 if a class of the option leaves any capability
+                                   number unknown (imputed in columns 4-8, 31)
+33     accel_memory_unknown        1 if a class of the option leaves its memory unknown
+34     device_free_share           best free share among the option's compatible devices
+35     device_memory_headroom      (best free memory among them - needed) / memory_scale_gb
+36     accelerators_per_node_min   log2(1 + fewest accelerators the option takes on a node)
+37     accelerators_per_node_max   log2(1 + most accelerators the option takes on a node)
+=====  ==========================  ==========================================
+
+Unknown capability numbers (None) are imputed with `IMPUTED_CAPABILITIES`, the
+median over the known accelerator classes of `KNOWN_HARDWARE` (24 GB, 125
+TFLOP/s, 900 GB/s, 300 GB/s; `service.contract.imputation` says why the
+median), and flagged by columns 32-33, so every row is finite.
+
+Devices (columns 34-35) are read through `service.contract.devices.node_devices`
+(sent per device, or derived from node counts by its one rule). An entry's
+devices are those it names (``options.device_index``) or else every device of
+its node; *compatible* ones have a class the workload allows (empty
+``allowed_hardware`` = any) that has accelerators. With none, the best share
+and best memory are 0. A device's free memory that is unknown (NaN: derived
+from a class of unknown memory) counts as the imputed memory.
+
+Gang shape (issue 23): nodes (col 0), localities spanned (col 3) and
+accelerators per node (cols 36-37) tell a one-node ``4`` from ``22`` and
+``1111`` from the options alone; the contract carries no interconnect class
+between nodes, so none is invented.
 """
 
 from __future__ import annotations
@@ -59,11 +97,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.contract.actions import PlacementOptions
+from service.contract.devices import node_devices
 from service.contract.hardware import HardwareClass, is_known_class
+from service.contract.imputation import IMPUTED_CAPABILITIES, capability_numbers
 from service.contract.state import ClusterState
 from service.contract.workload import Workload, WorkloadKind
 
-FEATURE_VERSION = "features-v1"
+FEATURE_VERSION = "features-v2"
 
 FEATURE_NAMES: tuple[str, ...] = (
     "n_nodes",
@@ -87,13 +127,36 @@ FEATURE_NAMES: tuple[str, ...] = (
     "kind_finetune",
     "kind_infer",
     "kind_batch",
+    "kind_other",
+    "qos_latency_sensitive",
+    "qos_best_effort",
+    "qos_burstable",
+    "qos_other",
     "model_size",
     "accelerators_requested",
+    "accelerator_share",
     "priority",
     "slo",
     "compute_per_param",
+    "capability_unknown",
+    "accel_memory_unknown",
+    "device_free_share",
+    "device_memory_headroom",
+    "accelerators_per_node_min",
+    "accelerators_per_node_max",
 )
 N_FEATURES = len(FEATURE_NAMES)
+
+KIND_COLUMNS: tuple[str, ...] = tuple(k.value for k in WorkloadKind)
+"""Known kinds in one-hot order (columns 17-20); any other kind sets `kind_other`."""
+
+QOS_GROUPS: tuple[tuple[str, ...], ...] = (
+    ("LS", "Guaranteed"),
+    ("BE", "BestEffort"),
+    ("Burstable",),
+)
+"""QoS classes per one-hot column 22-24 (latency-sensitive, best-effort, burstable);
+any other non-empty class sets `qos_other` (column 25), an unset one none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +169,21 @@ class FeatureConstants:
     interconnect_scale_gbps: float = 900.0
     priority_scale: float = 10.0
     slo_log_scale: float = 12.0
+
+
+def kind_code(kind: str) -> int:
+    """Column offset of `kind` among the kind columns: 0-3 known, 4 = other (never raises)."""
+    return KIND_COLUMNS.index(kind) if kind in KIND_COLUMNS else len(KIND_COLUMNS)
+
+
+def qos_code(qos_class: str) -> int:
+    """Column offset of `qos_class` among the QoS columns: 0-2 grouped, 3 = other, -1 = unset."""
+    if not qos_class:
+        return -1
+    for code, group in enumerate(QOS_GROUPS):
+        if qos_class in group:
+            return code
+    return len(QOS_GROUPS)
 
 
 def _min_per_option(values: NDArray[np.float64], starts: NDArray[np.int64]) -> NDArray[np.float64]:
@@ -121,6 +199,75 @@ def _distinct_per_option(
     pairs = np.unique(entry_option * (int(codes.max()) + 1) + codes)
     counts = np.bincount(pairs // (int(codes.max()) + 1), minlength=n_options)
     return counts.astype(np.float64)
+
+
+def _device_fit(
+    items: Sequence[tuple[ClusterState, Workload, PlacementOptions]],
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Best free share and best free memory (GB) among each option's compatible devices.
+
+    One function for both forms (the per-request form calls it with one item),
+    so they agree by construction. Per request it reads the devices through
+    `node_devices` and marks compatible classes (allowed, with accelerators);
+    then every (option, device) pair of the whole batch is expanded in one
+    pass and reduced with an order-independent maximum from 0.
+    """
+    imputed_memory = IMPUTED_CAPABILITIES["accelerator_memory_gb"]
+    shares: list[NDArray[np.float64]] = []
+    memories: list[NDArray[np.float64]] = []
+    named_parts: list[NDArray[np.int64]] = []
+    starts: list[NDArray[np.int64]] = []
+    counts: list[NDArray[np.int64]] = []
+    named_entry: list[NDArray[np.bool_]] = []
+    entry_option: list[NDArray[np.int64]] = []
+    dev_base = named_base = option_base = 0
+    for state, workload, options in items:
+        devices = node_devices(state)
+        allowed = workload.allowed_hardware
+        ok_class = np.array(
+            [h.has_accelerators and (not allowed or h.name in allowed) for h in state.hardware]
+            + [False],
+            dtype=bool,
+        )
+        ok = ok_class[devices.hardware]
+        memory = devices.free_memory_gb.astype(np.float64)
+        memory = np.where(np.isnan(memory), imputed_memory, memory)
+        shares.append(np.where(ok, devices.free_share.astype(np.float64), 0.0))
+        memories.append(np.where(ok, memory, 0.0))
+        n_entries = len(options.node_index)
+        if options.names_devices:
+            named_parts.append(np.asarray(options.device_index, dtype=np.int64) + dev_base)
+            offsets = np.asarray(options.device_offsets, dtype=np.int64)
+            starts.append(offsets[:-1] + named_base)
+            counts.append(np.diff(offsets))
+            named_entry.append(np.ones(n_entries, dtype=bool))
+            named_base += len(options.device_index)
+        else:
+            nodes = np.asarray(options.node_index, dtype=np.int64)
+            starts.append(devices.offsets[:-1][nodes] + dev_base)
+            counts.append(np.diff(devices.offsets)[nodes])
+            named_entry.append(np.zeros(n_entries, dtype=bool))
+        entry_option.append(np.asarray(options.entry_option, dtype=np.int64) + option_base)
+        dev_base += devices.n_devices
+        option_base += options.n_options
+    n_opt = option_base
+    best_share = np.zeros(n_opt)
+    best_memory = np.zeros(n_opt)
+    count = np.concatenate(counts).astype(np.int64)
+    if count.sum() == 0:
+        return best_share, best_memory
+    start = np.concatenate(starts).astype(np.int64)
+    named = np.concatenate(named_entry)
+    # one pointer space: every device (identity), then every named-device list
+    pointer = np.concatenate([np.arange(dev_base, dtype=np.int64), *named_parts], dtype=np.int64)
+    start = np.where(named, start + dev_base, start)
+    first = np.cumsum(count) - count
+    position = np.repeat(start - first, count) + np.arange(int(count.sum()), dtype=np.int64)
+    device = pointer[position]
+    option = np.repeat(np.concatenate(entry_option), count)
+    np.maximum.at(best_share, option, np.concatenate(shares)[device])
+    np.maximum.at(best_memory, option, np.concatenate(memories)[device])
+    return best_share, best_memory
 
 
 def compute_features(
@@ -141,11 +288,8 @@ def compute_features(
     taken = options.accelerators.astype(np.float64)
     per_opt_nodes = options.nodes_per_option.astype(np.float64)
 
-    hw_mem = np.array([h.accelerator_memory_gb for h in state.hardware], dtype=np.float64)
-    hw_tflops = np.array([h.peak_dense_tflops for h in state.hardware], dtype=np.float64)
-    hw_bw = np.array([h.memory_bandwidth_gbps for h in state.hardware], dtype=np.float64)
-    hw_link = np.array([h.interconnect_gbps for h in state.hardware], dtype=np.float64)
-    hw_known = np.array([is_known_class(h) for h in state.hardware], dtype=np.float64)
+    hw = np.array([_hardware_numbers(h) for h in state.hardware], dtype=np.float64).reshape(-1, 7)
+    hw_mem, hw_tflops, hw_bw, hw_link, hw_known, hw_unknown, hw_mem_unknown = hw.T
     cls = state.node_hardware[nodes]
 
     def total(values: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -160,6 +304,8 @@ def compute_features(
     cpu_frac = state.cpu_free[nodes] / np.maximum(state.cpu_total[nodes], 1e-9)
     mem_frac = state.memory_free_gb[nodes] / np.maximum(state.memory_total_gb[nodes], 1e-9)
     unavailable = (state.draining[nodes] | ~state.healthy[nodes]).astype(np.float64)
+    share = workload.accelerator_share or 0.0
+    best_share, best_memory = _device_fit([(state, workload, options)])
 
     out = np.empty((n_opt, N_FEATURES), dtype=np.float64)
     out[:, 0] = np.log1p(per_opt_nodes)
@@ -179,25 +325,39 @@ def compute_features(
     out[:, 14] = _min_per_option(cpu_frac.astype(np.float64), starts)
     out[:, 15] = _min_per_option(mem_frac.astype(np.float64), starts)
     out[:, 16] = np.maximum.reduceat(unavailable, starts)
-    for col, kind in enumerate(WorkloadKind, start=17):
-        out[:, col] = workload.kind == kind
-    out[:, 21] = np.log1p(workload.model_size_b)
-    out[:, 22] = np.log2(1.0 + workload.accelerators)
-    out[:, 23] = workload.priority / c.priority_scale
-    out[:, 24] = np.log1p(workload.slo_seconds) / c.slo_log_scale if workload.slo_seconds else 0.0
+    out[:, 17:26] = 0.0
+    out[:, 17 + kind_code(workload.kind)] = 1.0
+    qos = qos_code(workload.qos_class)
+    if qos >= 0:
+        out[:, 22 + qos] = 1.0
+    out[:, 26] = np.log1p(workload.model_size_b)
+    out[:, 27] = np.log2(1.0 + workload.accelerators)
+    out[:, 28] = share
+    out[:, 29] = workload.priority / c.priority_scale
+    out[:, 30] = np.log1p(workload.slo_seconds) / c.slo_log_scale if workload.slo_seconds else 0.0
     option_tflops = total(hw_tflops[cls] * taken)
-    out[:, 25] = np.log1p(option_tflops / (1.0 + workload.model_size_b))
+    out[:, 31] = np.log1p(option_tflops / (1.0 + workload.model_size_b))
+    out[:, 32] = np.maximum.reduceat(hw_unknown[cls], starts)
+    out[:, 33] = np.maximum.reduceat(hw_mem_unknown[cls], starts)
+    out[:, 34] = best_share
+    out[:, 35] = (best_memory - workload.accelerator_memory_gb) / c.memory_scale_gb
+    out[:, 36] = np.log2(1.0 + _min_per_option(taken, starts))
+    out[:, 37] = np.log2(1.0 + np.maximum.reduceat(taken, starts))
     return out.astype(np.float32)
 
 
-def _hardware_numbers(hardware: HardwareClass) -> tuple[float, float, float, float, float]:
-    """(memory, TFLOP/s, bandwidth, link, known) of one class, as the row builder reads them."""
+def _hardware_numbers(
+    hardware: HardwareClass,
+) -> tuple[float, float, float, float, float, float, float]:
+    """(memory, TFLOP/s, bandwidth, link, known, any unknown, memory unknown) of one class.
+
+    Unknown numbers are imputed (`capability_numbers`) and flagged in the last two.
+    """
     return (
-        hardware.accelerator_memory_gb,
-        hardware.peak_dense_tflops,
-        hardware.memory_bandwidth_gbps,
-        hardware.interconnect_gbps,
+        *capability_numbers(hardware),
         1.0 if is_known_class(hardware) else 0.0,
+        1.0 if hardware.unknown_capabilities else 0.0,
+        1.0 if hardware.accelerator_memory_gb is None else 0.0,
     )
 
 
@@ -270,9 +430,8 @@ def compute_features_batch(
     hw_base = np.zeros(n_req, dtype=np.int64)
     n_options = np.zeros(n_req, dtype=np.int64)
     n_entries = np.zeros(n_req, dtype=np.int64)
-    per_workload = np.zeros((n_req, 7), dtype=np.float64)
-    hardware: list[tuple[float, float, float, float, float]] = []
-    kinds = list(WorkloadKind)
+    per_workload = np.zeros((n_req, 9), dtype=np.float64)
+    hardware: list[tuple[float, float, float, float, float, float, float]] = []
     n_nodes_total = 0
     for r, (state, workload, options) in enumerate(items):
         node_base[r] = n_nodes_total
@@ -288,7 +447,9 @@ def compute_features_batch(
             workload.priority,
             workload.slo_seconds or 0.0,
             1.0 if workload.slo_seconds else 0.0,
-            kinds.index(workload.kind),
+            kind_code(workload.kind),
+            qos_code(workload.qos_class),
+            workload.accelerator_share or 0.0,
         )
     states = [s for s, _, _ in items]
     opts = [o for _, _, o in items]
@@ -312,9 +473,11 @@ def compute_features_batch(
         picked: NDArray[Any] = joined[nodes]
         return picked
 
-    hw = np.array(hardware, dtype=np.float64).reshape(-1, 5)
+    hw = np.array(hardware, dtype=np.float64).reshape(-1, 7)
     cls = column("node_hardware").astype(np.int64) + hw_base[req_of_entry]
-    hw_mem, hw_tflops, hw_bw, hw_link, hw_known = (hw[:, k] for k in range(5))
+    hw_mem, hw_tflops, hw_bw, hw_link, hw_known, hw_unknown, hw_mem_unknown = (
+        hw[:, k] for k in range(7)
+    )
 
     def total(values: NDArray[np.float64]) -> NDArray[np.float64]:
         return np.bincount(entry_option, weights=values, minlength=n_opt).astype(np.float64)
@@ -327,6 +490,8 @@ def compute_features_batch(
     mem_frac = column("memory_free_gb") / np.maximum(column("memory_total_gb"), 1e-9)
     unavailable = (column("draining") | ~column("healthy")).astype(np.float64)
     w = np.repeat(per_workload, n_options, axis=0)
+    best_share, best_memory = _device_fit(items)
+    rows = np.arange(n_opt)
 
     out = np.empty((n_opt, N_FEATURES), dtype=np.float64)
     out[:, 0] = np.log1p(per_opt_nodes)
@@ -334,10 +499,10 @@ def compute_features_batch(
     out[:, 2:4] = 0.0
     request_of_option = np.repeat(np.arange(n_req), n_options)
     for r in np.unique(request_of_option[per_opt_nodes_int > 1]):
-        rows = slice(option_base[r], option_base[r] + n_options[r])
+        span = slice(option_base[r], option_base[r] + n_options[r])
         zones, localities = _distinct_of_request(states[r], opts[r])
-        out[rows, 2] = zones - 1
-        out[rows, 3] = localities - 1
+        out[span, 2] = zones - 1
+        out[span, 3] = localities - 1
     out[:, 4] = min_mem / c.memory_scale_gb
     out[:, 5] = (min_mem - w[:, 0]) / c.memory_scale_gb
     out[:, 6] = np.log1p(min_tflops) / np.log1p(c.tflops_scale)
@@ -351,25 +516,39 @@ def compute_features_batch(
     out[:, 14] = _min_per_option(cpu_frac.astype(np.float64), starts)
     out[:, 15] = _min_per_option(mem_frac.astype(np.float64), starts)
     out[:, 16] = np.maximum.reduceat(unavailable, starts)
-    for col in range(len(kinds)):
-        out[:, 17 + col] = w[:, 6] == col
-    out[:, 21] = np.log1p(w[:, 1])
-    out[:, 22] = np.log2(1.0 + w[:, 2])
-    out[:, 23] = w[:, 3] / c.priority_scale
-    out[:, 24] = np.where(w[:, 5] > 0, np.log1p(w[:, 4]) / c.slo_log_scale, 0.0)
+    out[:, 17:26] = 0.0
+    out[rows, 17 + w[:, 6].astype(np.int64)] = 1.0
+    qos = w[:, 7].astype(np.int64)
+    out[rows[qos >= 0], 22 + qos[qos >= 0]] = 1.0
+    out[:, 26] = np.log1p(w[:, 1])
+    out[:, 27] = np.log2(1.0 + w[:, 2])
+    out[:, 28] = w[:, 8]
+    out[:, 29] = w[:, 3] / c.priority_scale
+    out[:, 30] = np.where(w[:, 5] > 0, np.log1p(w[:, 4]) / c.slo_log_scale, 0.0)
     option_tflops = total(hw_tflops[cls] * taken)
-    out[:, 25] = np.log1p(option_tflops / (1.0 + w[:, 1]))
+    out[:, 31] = np.log1p(option_tflops / (1.0 + w[:, 1]))
+    out[:, 32] = np.maximum.reduceat(hw_unknown[cls], starts)
+    out[:, 33] = np.maximum.reduceat(hw_mem_unknown[cls], starts)
+    out[:, 34] = best_share
+    out[:, 35] = (best_memory - w[:, 0]) / c.memory_scale_gb
+    out[:, 36] = np.log2(1.0 + _min_per_option(taken, starts))
+    out[:, 37] = np.log2(1.0 + np.maximum.reduceat(taken, starts))
     return out.astype(np.float32)
 
 
 _DEFINITION = (
     compute_features,
+    kind_code,
+    qos_code,
     _min_per_option,
     _distinct_per_option,
+    _device_fit,
     compute_features_batch,
     _hardware_numbers,
     _distinct_of_request,
     _same_dtypes,
+    capability_numbers,
+    node_devices,
 )
 """Every function whose source defines the features (the hash covers them all)."""
 
@@ -396,7 +575,7 @@ class FeatureFunction:
 
     @functools.cached_property
     def definition_hash(self) -> str:
-        """sha256 over version, names, constants and the source of both forms of the computation.
+        """sha256 over version, names, constants, imputed numbers, vocabularies and the source.
 
         Computed once per instance: it reads source files (`inspect.getsource`), which
         cost ~2.8% of the service's CPU when the scorer asked for it on every batch. The
@@ -411,6 +590,9 @@ class FeatureFunction:
                 "version": self.version,
                 "names": list(self.names),
                 "constants": dataclasses.asdict(self.constants),
+                "imputed": dict(IMPUTED_CAPABILITIES),
+                "kinds": list(KIND_COLUMNS),
+                "qos": [list(g) for g in QOS_GROUPS],
                 "source": [inspect.getsource(fn) for fn in _DEFINITION],
             },
             sort_keys=True,

@@ -30,6 +30,8 @@ from service.contract import (
     WorkloadKind,
 )
 from service.contract import features as features_module
+from service.contract.hardware import CAPABILITIES
+from service.contract.workload import KNOWN_QOS_CLASSES
 from service.contract.state import frozen_array
 from service.contract.validation import MAX_QUANTITY, validate_request
 from service.environment import World, load_scenario
@@ -130,6 +132,99 @@ def _random_request(rng: np.random.Generator, i: int, max_nodes: int = 120) -> M
     request = MirrorRequest(1, f"r{i}", 1.7e9, state, workload, options)
     validate_request(request)
     return request
+
+
+KINDS_V2 = (*(k.value for k in WorkloadKind), "serve", "Inference-v2", "notebook")
+QOS_V2 = ("", *KNOWN_QOS_CLASSES, "gold", "system-critical")
+
+
+def _v2_hardware(rng: np.random.Generator, hardware: HardwareClass) -> HardwareClass:
+    """`hardware` with some capability numbers unknown (None), as contract v2 allows."""
+    numbers = [getattr(hardware, a) for a in CAPABILITIES]
+    unknown = rng.random(4) < 0.3
+    return HardwareClass(
+        hardware.name, *(None if u else v for u, v in zip(unknown, numbers, strict=True))
+    )
+
+
+def _v2_request(rng: np.random.Generator, i: int) -> MirrorRequest:
+    """A random request with every v2 input: open kinds and QoS, share jobs, unknown
+    capabilities, per-device state (sent or derived) and options naming devices."""
+    base = _random_request(rng, i, max_nodes=40)
+    state, options = base.state, base.options
+    hardware = tuple(_v2_hardware(rng, h) if rng.random() < 0.5 else h for h in state.hardware)
+    state = dataclasses.replace(state, hardware=hardware)
+    if rng.random() < 0.6:  # devices sent per device
+        per_node = rng.integers(0, 9, state.n_nodes)
+        offsets = np.concatenate([[0], np.cumsum(per_node)]).astype(np.int64)
+        n_dev = int(offsets[-1])
+        dev_hw = np.repeat(state.node_hardware, per_node)
+        swap = rng.random(n_dev) < 0.2  # a partition: its own class
+        dev_hw = np.where(swap, rng.integers(0, len(hardware), n_dev), dev_hw)
+        share = rng.choice([0.0, 1.0, 0.19, 0.5, 0.75], n_dev).astype(np.float32)
+        memory = (share * rng.uniform(0.0, 80.0, n_dev)).astype(np.float32)
+        wholly = np.bincount(
+            np.repeat(np.arange(state.n_nodes), per_node),
+            weights=share >= 1,
+            minlength=state.n_nodes,
+        )
+        state = dataclasses.replace(
+            state,
+            device_offsets=frozen_array(offsets, np.int64),
+            device_hardware=frozen_array(dev_hw, np.int32),
+            device_free_share=frozen_array(share, np.float32),
+            device_free_memory_gb=frozen_array(memory, np.float32),
+            accelerators_total=frozen_array(per_node, np.int32),
+            accelerators_free=frozen_array(wholly, np.int32),
+        )
+        if rng.random() < 0.5:  # options name the devices of each entry's node
+            lists = []
+            for node, k in zip(options.node_index, options.accelerators, strict=True):
+                own = np.arange(offsets[node], offsets[node + 1])
+                lists.append(rng.choice(own, size=min(int(k), len(own)), replace=False))
+            sizes = [len(x) for x in lists]
+            options = dataclasses.replace(
+                options,
+                device_offsets=frozen_array(np.concatenate([[0], np.cumsum(sizes)]), np.int64),
+                device_index=frozen_array(
+                    np.concatenate([*lists, np.zeros(0)]).astype(np.int32), np.int32
+                ),
+            )
+    share_job = rng.random() < 0.4
+    allowed = (
+        frozenset({hardware[int(rng.integers(0, len(hardware)))].name})
+        if rng.random() < 0.3
+        else frozenset()
+    )
+    workload = dataclasses.replace(
+        base.workload,
+        kind=str(rng.choice(KINDS_V2)),
+        qos_class=str(rng.choice(QOS_V2)),
+        accelerator_share=float(rng.choice([0.44, 0.19, 1.0])) if share_job else None,
+        accelerators=0 if share_job else base.workload.accelerators,
+        allowed_hardware=allowed,
+    )
+    return dataclasses.replace(base, state=state, workload=workload, options=options)
+
+
+@pytest.fixture(scope="module")
+def v2_pool() -> list[MirrorRequest]:
+    rng = np.random.default_rng(20261203)
+    return [_v2_request(rng, i) for i in range(300)]
+
+
+@pytest.mark.parametrize("size", [1, 5, 32, 300])
+def test_v2_inputs_in_batches_of_every_size(v2_pool: list[MirrorRequest], size: int) -> None:
+    """Open kinds and QoS, shares, unknown numbers, sent and named devices: still bit-identical."""
+    assert any(r.state.has_devices for r in v2_pool)
+    assert any(r.options.names_devices for r in v2_pool)
+    for start in range(0, len(v2_pool), size):
+        assert_batch_matches(_items(v2_pool[start : start + size]))
+
+
+def test_v2_rows_are_finite(v2_pool: list[MirrorRequest]) -> None:
+    x = DEFAULT_FEATURES.batch(_items(v2_pool))
+    assert np.isfinite(x).all()
 
 
 @pytest.fixture(scope="module")
@@ -254,7 +349,7 @@ def test_editing_the_batched_computation_changes_the_hash(tmp_path: Path) -> Non
     """The batched form is part of the definition: one edited literal, another hash."""
     source = Path(features_module.__file__).read_text()
     edited = source.replace(
-        "out[:, 22] = np.log2(1.0 + w[:, 2])", "out[:, 22] = np.log2(2.0 + w[:, 2])"
+        "out[:, 27] = np.log2(1.0 + w[:, 2])", "out[:, 27] = np.log2(2.0 + w[:, 2])"
     )
     assert edited != source
     path = tmp_path / "features_batch_edited.py"
