@@ -31,9 +31,9 @@ from service.contract import (
 )
 from service.contract import features as features_module
 from service.contract.hardware import CAPABILITIES
-from service.contract.workload import KNOWN_QOS_CLASSES
 from service.contract.state import frozen_array
 from service.contract.validation import MAX_QUANTITY, validate_request
+from service.contract.workload import KNOWN_QOS_CLASSES
 from service.environment import World, load_scenario
 from service.environment.recording import log_episode
 from service.policies.synthetic import random_requests
