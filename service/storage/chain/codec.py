@@ -16,6 +16,14 @@ changes the hash.
     head_n     = sha256("understudy.block.v1\\0" || d.isoformat() || int32 n
                         || int64 first_position || head_{n-1} || row_hash...)
 
+A chain may gain columns after rows were sealed (`ChainSpec.later`: the
+requests' contract-v2 columns of migration 0010). A row whose later fields are
+all NULL is hashed exactly as before they existed, so every row sealed before
+the migration still verifies; a row with any of them set is hashed with them,
+placed before the order key, under the chain's `ChainSpec.later_domain`. An
+edit that sets or clears one changes the bytes hashed either way, and the two
+forms never share a domain, so none passes for the other.
+
 The decisions chain has the empty prefix (its heads are those of before the
 other chains existed); outcomes and requests have ``outcomes:`` and
 ``requests:``, so a block of one chain never passes for a block of another.
@@ -64,12 +72,24 @@ class ChainSpec:
     """Columns not hashed as themselves but held by the chain another way (see `covers`)."""
     policy_fields: tuple[int, int] | None = None
     """Indexes of the policy name and version fields (decisions only)."""
+    later: tuple[ChainField, ...] = ()
+    """Fields added after rows were sealed: hashed only on rows that set one (module doc)."""
+    later_domain: bytes = b""
+    """The row domain of a row hashed with its `later` fields."""
 
     @property
     def covers(self) -> frozenset[str]:
         """The table's columns the chain covers (verify reports any other column): every
         field read as a plain column, and `covered_elsewhere`."""
-        return frozenset(f.name for f in self.fields if not f.expr) | self.covered_elsewhere
+        plain = frozenset(f.name for f in (*self.fields, *self.later) if not f.expr)
+        return plain | self.covered_elsewhere
+
+    @property
+    def read_fields(self) -> tuple[ChainField, ...]:
+        """What a row is read as: `fields` with the `later` ones before the order key."""
+        if not self.later:
+            return self.fields
+        return (*self.fields[:-2], *self.later, *self.fields[-2:])
 
     @property
     def table(self) -> str:
@@ -193,6 +213,14 @@ REQUESTS = ChainSpec(
     covered_elsewhere=frozenset(
         {"production_option", "production_propensity", "production_source"}
     ),
+    # Contract v2 (migration 0010); written with the row, never updated afterwards.
+    later=(
+        ChainField("feasibility_version", "textsend"),
+        ChainField("feasibility_bits", "byteasend"),
+        ChainField("production_probabilities_f64", "byteasend"),
+        ChainField("qos_class", "textsend"),
+    ),
+    later_domain=b"understudy.request.v2\x00",
 )
 
 CHAINS: tuple[ChainSpec, ...] = (REQUESTS, DECISIONS, OUTCOMES)
@@ -260,18 +288,28 @@ def _field_sql(f: ChainField) -> str:
     )
 
 
+def _hash_sql(domain: bytes, fields: Sequence[ChainField]) -> str:
+    return (
+        f"sha256('\\x{domain.hex()}{len(fields):04x}'::bytea || "
+        + " || ".join(_field_sql(f) for f in fields)
+        + ")"
+    )
+
+
 def row_hash_sql(spec: ChainSpec) -> str:
     """The row hash computed by PostgreSQL from the same encoding (the sealer's fast path).
 
     The sealer lets the server hash (no row leaves it); the verifier hashes the
     binary COPY bytes itself, so the two implementations check each other: a
-    difference between them fails verification of every row.
+    difference between them fails verification of every row. With `ChainSpec.later`
+    fields, a row that sets none is hashed in the earlier form (module docstring).
     """
-    return (
-        f"sha256('\\x{spec.row_domain.hex()}{len(spec.fields):04x}'::bytea || "
-        + " || ".join(_field_sql(f) for f in spec.fields)
-        + ")"
-    )
+    base = _hash_sql(spec.row_domain, spec.fields)
+    if not spec.later:
+        return base
+    unset = " AND ".join(f"{f.sql} IS NULL" for f in spec.later)
+    later = _hash_sql(spec.later_domain, spec.read_fields)
+    return f"(CASE WHEN {unset} THEN {base} ELSE {later} END)"
 
 
 ROW_HASH_SQL = row_hash_sql(DECISIONS)
@@ -280,9 +318,28 @@ ROW_HASH_SQL = row_hash_sql(DECISIONS)
 
 def copy_sql(where: str, limit: int | None = None, spec: ChainSpec = DECISIONS) -> str:
     """``COPY (SELECT <chain fields> ... WHERE <where> ORDER BY chain order) TO STDOUT``."""
-    cols = ", ".join(f.sql for f in spec.fields)
+    cols = ", ".join(f.sql for f in spec.read_fields)
     tail = " ORDER BY chain_xid, chain_seq" + (f" LIMIT {int(limit)}" if limit else "")
     return f"COPY (SELECT {cols} FROM {spec.table} WHERE {where}{tail}) TO STDOUT (FORMAT BINARY)"
+
+
+def _row_hash(tup: bytes | bytearray, spans: Sequence[tuple[int, int]], spec: ChainSpec) -> bytes:
+    """The row hash of a tuple read with `ChainSpec.read_fields` (see the module docstring).
+
+    A row that sets no `later` field is hashed as the tuple of `fields` alone: the
+    same bytes without the later fields' NULL markers, with the earlier count.
+    """
+    if not spec.later:
+        return hashlib.sha256(spec.row_domain + tup).digest()
+    first = len(spec.fields) - 2
+    if any(n >= 0 for _, n in spans[first : first + len(spec.later)]):
+        return hashlib.sha256(spec.later_domain + tup).digest()
+    cut, resume = spans[first][0] - 4, spans[first + len(spec.later)][0] - 4
+    h = hashlib.sha256(spec.row_domain)
+    h.update(_INT16.pack(len(spec.fields)))
+    h.update(tup[2:cut])
+    h.update(tup[resume:])
+    return h.digest()
 
 
 def _decode(tup: bytes | bytearray, spans: Sequence[tuple[int, int]], spec: ChainSpec) -> ChainRow:
@@ -299,7 +356,7 @@ def _decode(tup: bytes | bytearray, spans: Sequence[tuple[int, int]], spec: Chai
         name, version = spec.policy_fields
         policy = f"{text_at(name)}@{text_at(version)}"
     return ChainRow(
-        row_hash=hashlib.sha256(spec.row_domain + tup).digest(),
+        row_hash=_row_hash(tup, spans, spec),
         day=_PG_EPOCH + timedelta(days=us // _US_PER_DAY),
         chain_xid=_INT64.unpack_from(tup, xid_start)[0],
         chain_seq=_INT64.unpack_from(tup, seq_start)[0],
@@ -313,7 +370,7 @@ class CopyDecoder:
 
     def __init__(self, spec: ChainSpec = DECISIONS) -> None:
         self._spec = spec
-        self._n = len(spec.fields)
+        self._n = len(spec.read_fields)
         self._buf = bytearray()
         self._header_done = False
         self.finished = False
