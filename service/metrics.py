@@ -422,6 +422,13 @@ class ServiceMetrics:
             ["policy"],
             registry=registry,
         )
+        self.unseen_vocabulary = Counter(
+            "understudy_unseen_vocabulary",
+            "Scored requests whose kind, QoS class or hardware is outside the documented"
+            " vocabulary, by field.",
+            ["field"],
+            registry=registry,
+        )
         self.ready = Gauge(
             "understudy_ready",
             "1 when the service can accept mirrored work, 0 otherwise.",

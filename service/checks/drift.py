@@ -27,8 +27,9 @@ Python — and compared:
   and the ``n`` live rows as independent — they are not (options of one
   request share its workload, requests of one window share cluster state), so
   the p-value is descriptive and the flag rule does not use it.
-- Novelty: hardware classes (of the options' nodes) and workload kinds never
-  seen in training.
+- Novelty: hardware classes (of the options' nodes), workload kinds and QoS
+  classes never seen in training (kind and QoS are open vocabularies: an
+  unknown value is accepted by the contract and flagged here).
 - Out-of-support rows: a feature outside the training ``[min, max]`` or a row
   of a request with an unseen category.
 
@@ -94,6 +95,7 @@ from service.checks.drift_reference import (
     NO_DECISION,
     PSI_FLOOR,
     SCALE_FLOOR,
+    Categories,
     FeatureReference,
     FlagRule,
     arrival_statistic,
@@ -116,7 +118,9 @@ class WindowDrift:
         psi, ks: float64 ``(F,)`` per feature.
         statistic: ``T`` of the rule; threshold: the rule's.
         flagged: ``T > threshold``, an unseen category, or `arrival_flagged`.
-        unseen_hardware, unseen_kinds: categories never seen in training.
+        unseen_hardware, unseen_kinds, unseen_qos: categories never seen in training
+            (``"(unset)"`` in `unseen_qos`: requests without a QoS class, when training
+            always had one).
         out_of_support_rows: rows outside the training range or of a novel request.
         decisions, out_of_support_decisions: the policy's decisions in the window,
             and those made on an out-of-support input.
@@ -140,6 +144,7 @@ class WindowDrift:
     arrival: float = math.nan
     arrival_shift: float = math.nan
     arrival_flagged: bool = False
+    unseen_qos: tuple[str, ...] = ()
 
     @property
     def psi_max(self) -> float:
@@ -171,6 +176,7 @@ class WindowAccumulator:
         self.n_rows = 0
         self.unseen_hardware: set[str] = set()
         self.unseen_kinds: set[str] = set()
+        self.unseen_qos: set[str] = set()
         self.out_of_support_rows = 0
         self.decisions = 0
         self.out_of_support_decisions = 0
@@ -193,6 +199,7 @@ class WindowAccumulator:
         out_of_support_rows: int = 0,
         decisions: int = 0,
         out_of_support_decisions: int = 0,
+        qos: Iterable[str] = (),
     ) -> None:
         """Add the rows `x` (``(n, F)``) of `n_requests` requests and what was seen in them."""
         r = self.reference
@@ -203,6 +210,8 @@ class WindowAccumulator:
         self.n_rows += len(x)
         self.unseen_hardware |= set(hardware) - r.hardware_classes
         self.unseen_kinds |= set(kinds) - r.workload_kinds
+        if r.qos_classes is not None:
+            self.unseen_qos |= {q or "(unset)" for q in set(qos) - r.qos_classes}
         self.out_of_support_rows += out_of_support_rows
         self.decisions += decisions
         self.out_of_support_decisions += out_of_support_decisions
@@ -211,7 +220,7 @@ class WindowAccumulator:
         """The window's drift; the accumulator starts a new window."""
         psi_values = self.reference.psi(self.psi_counts)
         statistic = self.rule.statistic(psi_values)
-        novel = bool(self.unseen_hardware or self.unseen_kinds)
+        novel = bool(self.unseen_hardware or self.unseen_kinds or self.unseen_qos)
         arrival = gap_statistic(np.concatenate(self.gaps)) if self.gaps else math.nan
         arrival_flagged = self.rule.arrival_flagged(arrival)
         out = WindowDrift(
@@ -232,6 +241,7 @@ class WindowAccumulator:
             arrival=arrival,
             arrival_shift=self.rule.arrival_shift(arrival),
             arrival_flagged=arrival_flagged,
+            unseen_qos=tuple(sorted(self.unseen_qos)),
         )
         self._reset()
         return out
@@ -240,7 +250,7 @@ class WindowAccumulator:
         self,
         x: NDArray[np.floating],
         offsets: NDArray[np.int64],
-        categories: Sequence[tuple[frozenset[str], str]],
+        categories: Sequence[Categories],
         chosen: NDArray[np.int64] | None = None,
         times: NDArray[np.floating] | None = None,
     ) -> list[WindowDrift]:
@@ -262,13 +272,7 @@ class WindowAccumulator:
         if times is not None and len(times) != n_req:
             raise ValueError(f"`times` must have one time per request ({n_req}), got {len(times)}")
         counts = np.diff(offsets)
-        novel = np.array(
-            [
-                bool(hw - r.hardware_classes) or kind not in r.workload_kinds
-                for hw, kind in categories
-            ],
-            dtype=bool,
-        )
+        novel = np.fromiter((r.is_novel(c) for c in categories), dtype=bool, count=n_req)
         oos_row = r.outside(x) | np.repeat(novel, counts)
         oos_decision = np.zeros(n_req, dtype=bool)
         decided = np.zeros(n_req, dtype=bool) if chosen is None else chosen >= DEFER_OPTION
@@ -289,7 +293,8 @@ class WindowAccumulator:
                 x[lo:hi],
                 take,
                 hardware=set().union(*(categories[i][0] for i in range(start, end))),
-                kinds={categories[i][1] for i in range(start, end)},
+                kinds={categories[i].kind for i in range(start, end)},
+                qos={categories[i].qos for i in range(start, end)},
                 out_of_support_rows=int(oos_row[lo:hi].sum()),
                 decisions=int(decided[start:end].sum()),
                 out_of_support_decisions=int(oos_decision[start:end].sum()),
@@ -313,6 +318,7 @@ __all__ = [
     "N_BINS",
     "PSI_FLOOR",
     "SCALE_FLOOR",
+    "Categories",
     "FeatureReference",
     "FlagRule",
     "WindowAccumulator",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -64,6 +65,8 @@ class FeatureReference:
         grid_cdf: per feature, reference ``P(X <= grid[j])``.
         low, high: float64 ``(F,)``, training min and max.
         hardware_classes, workload_kinds: categories seen in training.
+        qos_classes: QoS classes seen in training (``""`` = unset); None = not
+            recorded (a summary written before contract v2): QoS is then not checked.
     """
 
     names: tuple[str, ...]
@@ -76,6 +79,7 @@ class FeatureReference:
     high: NDArray[np.float64]
     hardware_classes: frozenset[str]
     workload_kinds: frozenset[str]
+    qos_classes: frozenset[str] | None = None
     _psi_offsets: NDArray[np.int64] = field(init=False, repr=False)
     _grid_offsets: NDArray[np.int64] = field(init=False, repr=False)
 
@@ -137,6 +141,24 @@ class FeatureReference:
                 out[f] = float(np.max(np.abs(live - ref)))
         return out
 
+    def unseen(self, categories: Categories) -> Categories:
+        """The parts of one request's `categories` never seen in training (empty = none).
+
+        Open vocabularies (issue 22): an unknown workload kind or QoS class is
+        accepted by the contract and flagged here, as an unseen hardware class is.
+        """
+        hardware, kind, qos = categories
+        return Categories(
+            frozenset(hardware - self.hardware_classes),
+            "" if kind in self.workload_kinds else kind,
+            "" if self.qos_classes is None or qos in self.qos_classes else qos or "(unset)",
+        )
+
+    def is_novel(self, categories: Categories) -> bool:
+        """Whether one request has a category never seen in training."""
+        unseen = self.unseen(categories)
+        return bool(unseen.hardware or unseen.kind or unseen.qos)
+
     def outside(self, x: NDArray[np.floating]) -> NDArray[np.bool_]:
         """Rows with any feature outside the training ``[min, max]``, shape ``(n,)``."""
         out: NDArray[np.bool_] = np.any((x < self.low) | (x > self.high), axis=1)
@@ -166,6 +188,7 @@ def build_reference(
     hardware_classes: Iterable[str],
     workload_kinds: Iterable[str],
     *,
+    qos_classes: Iterable[str] | None = None,
     n_bins: int = N_BINS,
     grid_size: int = GRID_SIZE,
 ) -> FeatureReference:
@@ -199,14 +222,33 @@ def build_reference(
         high=high,
         hardware_classes=frozenset(hardware_classes),
         workload_kinds=frozenset(workload_kinds),
+        qos_classes=None if qos_classes is None else frozenset(qos_classes),
     )
 
 
-def request_categories(request: MirrorRequest) -> tuple[frozenset[str], str]:
-    """Hardware classes of the request's option nodes, and its workload kind."""
+class Categories(NamedTuple):
+    """What drift checks for novelty in one request (open vocabularies, issue 22).
+
+    Attributes:
+        hardware: class names of the request's option nodes.
+        kind: the workload kind, as sent (known or not).
+        qos: the QoS class, as sent (``""`` = unset).
+    """
+
+    hardware: frozenset[str]
+    kind: str
+    qos: str
+
+
+def request_categories(request: MirrorRequest) -> Categories:
+    """Hardware classes of the request's option nodes, its workload kind and QoS class."""
     state = request.state
     used = np.unique(state.node_hardware[request.options.node_index])
-    return frozenset(state.hardware[int(i)].name for i in used), str(request.workload.kind)
+    return Categories(
+        frozenset(state.hardware[int(i)].name for i in used),
+        str(request.workload.kind),
+        str(request.workload.qos_class),
+    )
 
 
 def positive_gaps(times: NDArray[np.floating], after: float | None = None) -> NDArray[np.float64]:

@@ -17,6 +17,14 @@ clock): the positive gaps between consecutive requests of a window
 ``understudy_drift_arrival_shift`` (log units against the training median).
 It runs on the scorer thread, after scoring; a failure here is logged
 and never stops scoring.
+
+Open vocabularies (issue 22): besides each policy's novelty check (a kind,
+QoS class or hardware class its training never saw flags the window), every
+scored request whose kind is not a documented `WorkloadKind`, whose QoS class
+is set and not in `KNOWN_QOS_CLASSES`, or whose option nodes include a class
+that is not a known one is counted once per field in
+``understudy_unseen_vocabulary_total{field}`` (field = kind, qos_class,
+hardware), whatever the policies.
 """
 
 from __future__ import annotations
@@ -35,12 +43,17 @@ from service.checks.drift import (
     request_categories,
     select_rule,
 )
+from service.contract import MirrorRequest, is_known_class
+from service.contract.workload import KNOWN_QOS_CLASSES
 from service.metrics import ServiceMetrics
 from service.pipeline.scoring import ScoredDecision
 from service.policies.base import ScoringBatch
 from service.policies.training_summary import TrainingReference
 
 log = logging.getLogger(__name__)
+
+VOCABULARY_FIELDS = ("kind", "qos_class", "hardware")
+"""Label values of ``understudy_unseen_vocabulary_total``."""
 
 
 class DriftMonitor:
@@ -72,6 +85,8 @@ class DriftMonitor:
             for flagged in ("true", "false"):
                 metrics.drift_windows.labels(name, flagged)
             metrics.drift_out_of_support.labels(name)
+        for vocabulary in VOCABULARY_FIELDS:
+            metrics.unseen_vocabulary.labels(vocabulary)
             if rule.arrival_center is not None:  # no arrival process in training: no series
                 metrics.drift_arrival_shift.labels(name).set(0)
 
@@ -91,6 +106,7 @@ class DriftMonitor:
 
     def _observe(self, batch: ScoringBatch, decisions: Sequence[ScoredDecision]) -> None:
         categories = [request_categories(r) for r in batch.requests]
+        self._count_vocabulary(batch.requests)
         times = np.fromiter((r.request_time for r in batch.requests), np.float64, batch.n_requests)
         index = {r.request_id: i for i, r in enumerate(batch.requests)}  # fallback only
         with self._lock:
@@ -113,6 +129,20 @@ class DriftMonitor:
                 for w in closed:
                     self._record(name, w)
 
+    def _count_vocabulary(self, requests: Sequence[MirrorRequest]) -> None:
+        """Count requests with values outside the documented vocabularies, per field."""
+        counts = dict.fromkeys(VOCABULARY_FIELDS, 0)
+        for r in requests:
+            counts["kind"] += not r.workload.kind_known
+            qos = r.workload.qos_class
+            counts["qos_class"] += bool(qos) and qos not in KNOWN_QOS_CLASSES
+            state = r.state
+            used = np.unique(state.node_hardware[r.options.node_index])
+            counts["hardware"] += not all(is_known_class(state.hardware[int(i)]) for i in used)
+        for vocabulary, n in counts.items():
+            if n:
+                self._metrics.unseen_vocabulary.labels(vocabulary).inc(n)
+
     def _record(self, name: str, w: WindowDrift) -> None:
         m = self._metrics
         m.drift_psi_max.labels(name).set(w.psi_max)
@@ -125,7 +155,7 @@ class DriftMonitor:
             top = int(np.nanargmax(w.psi / self.rules[name].scale))
             log.warning(
                 "drift window flagged for %s: T=%.2f vs %.2f (top feature %s PSI %.3f);"
-                " unseen hardware %s, kinds %s; arrival shift %.2f (flagged: %s)",
+                " unseen hardware %s, kinds %s, QoS %s; arrival shift %.2f (flagged: %s)",
                 name,
                 w.statistic,
                 w.threshold,
@@ -133,6 +163,7 @@ class DriftMonitor:
                 w.psi[top],
                 list(w.unseen_hardware),
                 list(w.unseen_kinds),
+                list(w.unseen_qos),
                 w.arrival_shift,
                 w.arrival_flagged,
             )

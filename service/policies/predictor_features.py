@@ -3,7 +3,10 @@
 The contract's feature rows describe an option for a scoring policy; the
 predictor needs something narrower: *which job* (model family and batch size)
 on *which hardware* (capability numbers, never a class name) at *what scale*
-(accelerators taken) and whether the gang sits on one server. Every column is
+(accelerators taken) and whether the gang sits on one server. A capability number
+a class leaves unknown (None) is imputed with the contract's documented value
+(`service.contract.imputation`: the median of the known accelerator
+classes), so a row is never NaN. Every column is
 computed from contract objects at scoring time, and the build script calls the
 same `compute_predictor_features` on the Gavel table, so training and serving
 agree by construction. Like the contract's function, the definition hash
@@ -44,6 +47,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.contract import MirrorRequest, Workload
+from service.contract.imputation import IMPUTED_CAPABILITIES, capability_numbers
 
 PREDICTOR_FEATURE_VERSION = "gavel-predictor-features-v1"
 
@@ -152,18 +156,21 @@ def _request_features(request: MirrorRequest) -> NDArray[np.float32]:
     cls = state.node_hardware[options.node_index]
     starts = options.node_offsets[:-1]
 
-    def slowest(values: list[float]) -> NDArray[np.float64]:
-        return np.minimum.reduceat(np.asarray(values, dtype=np.float64)[cls], starts)
+    numbers = [capability_numbers(h) for h in hw]  # (memory, TFLOP/s, bandwidth, link)
+
+    def slowest(k: int) -> NDArray[np.float64]:
+        values = np.asarray([n[k] for n in numbers], dtype=np.float64)
+        return np.minimum.reduceat(values[cls], starts)
 
     taken = np.bincount(
         options.entry_option, weights=options.accelerators.astype(np.float64), minlength=n_opt
     ).astype(np.float64)
     return compute_predictor_features(
         job_columns(parse_job_type(request.workload.model_family)),
-        slowest([h.peak_dense_tflops for h in hw]),
-        slowest([h.memory_bandwidth_gbps for h in hw]),
-        slowest([h.accelerator_memory_gb for h in hw]),
-        slowest([h.interconnect_gbps for h in hw]),
+        slowest(1),
+        slowest(2),
+        slowest(0),
+        slowest(3),
         taken,
         (options.nodes_per_option == 1).astype(np.float64),
     )
@@ -260,18 +267,8 @@ def batch_features(requests: Sequence[MirrorRequest]) -> NDArray[np.float32]:
     hardware = [r.state.hardware for r in requests]
     n_hw = np.fromiter((len(h) for h in hardware), np.int64, len(hardware))
     caps = np.array(
-        [
-            (
-                h.peak_dense_tflops,
-                h.memory_bandwidth_gbps,
-                h.accelerator_memory_gb,
-                h.interconnect_gbps,
-            )
-            for classes in hardware
-            for h in classes
-        ],
-        dtype=np.float64,
-    ).reshape(-1, 4)
+        [capability_numbers(h) for classes in hardware for h in classes], dtype=np.float64
+    ).reshape(-1, 4)[:, [1, 2, 0, 3]]  # (TFLOP/s, bandwidth, memory, link)
     hw_base = np.cumsum(n_hw) - n_hw
     node_cls = np.concatenate([r.state.node_hardware for r in requests], dtype=np.int64)
     cls = node_cls[layout.nodes] + hw_base[layout.request_of_entry]
@@ -352,6 +349,7 @@ class PredictorFeatureFunction:
                 "names": list(self.names),
                 "families": list(GAVEL_FAMILIES),
                 "default_batch": dict(DEFAULT_BATCH_SIZE),
+                "imputed": dict(IMPUTED_CAPABILITIES),
                 "source": [
                     inspect.getsource(fn)
                     for fn in (
@@ -359,6 +357,7 @@ class PredictorFeatureFunction:
                         job_columns,
                         compute_predictor_features,
                         _request_features,
+                        capability_numbers,
                     )
                 ],
             },

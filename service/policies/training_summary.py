@@ -18,7 +18,7 @@ fields, so a v1 file is refused and must be regenerated)::
 
     {"schema", "policy", "source", "feature_version", "feature_hash",
      "feature_names": [...], "n_rows", "n_requests", "n_groups",
-     "hardware_classes": [...], "workload_kinds": [...],
+     "hardware_classes": [...], "workload_kinds": [...], "qos_classes": [...],
      "features": {name: {"min", "max", "psi_edges", "psi_proportions",
                          "ks_grid", "ks_cdf"}},
      "flag_rules": [{"window_requests", "alpha", "threshold",
@@ -64,6 +64,7 @@ from numpy.typing import NDArray
 
 from service.checks.drift import (
     DEFAULT_ALPHA,
+    Categories,
     FeatureReference,
     FlagRule,
     build_reference,
@@ -126,6 +127,7 @@ class TrainingReference:
             "n_groups": self.n_groups,
             "hardware_classes": sorted(r.hardware_classes),
             "workload_kinds": sorted(r.workload_kinds),
+            **({} if r.qos_classes is None else {"qos_classes": sorted(r.qos_classes)}),
             "features": {
                 name: {
                     "min": float(r.low[f]),
@@ -169,6 +171,7 @@ def _from_dict(policy: str, data: Mapping[str, Any]) -> TrainingReference:
         high=np.array([feats[n]["max"] for n in names], dtype=np.float64),
         hardware_classes=frozenset(data["hardware_classes"]),
         workload_kinds=frozenset(data["workload_kinds"]),
+        qos_classes=None if data.get("qos_classes") is None else frozenset(data["qos_classes"]),
     )
     rules = tuple(
         FlagRule(
@@ -258,7 +261,7 @@ class TrainingInputs:
     x: NDArray[np.float32]
     offsets: NDArray[np.int64]
     group_starts: NDArray[np.int64]
-    categories: list[tuple[frozenset[str], str]]
+    categories: list[Categories]
     generator: dict[str, Any]
     arrival_times: NDArray[np.float64] | None = None
     arrival_starts: NDArray[np.int64] | None = None
@@ -269,7 +272,7 @@ class TrainingInputs:
 
 
 def featurise(groups: Sequence[Sequence[MirrorRequest]]) -> tuple[
-    NDArray[np.float32], NDArray[np.int64], NDArray[np.int64], list[tuple[frozenset[str], str]]
+    NDArray[np.float32], NDArray[np.int64], NDArray[np.int64], list[Categories]
 ]:  # fmt: skip
     """Rows, request offsets, group starts and categories of `groups` of requests."""
     from service.policies.batching import make_batch
@@ -304,7 +307,8 @@ def summarise(
     """Reference + flag rules calibrated for every window size (seeded)."""
     hardware = set().union(*(c[0] for c in inputs.categories))
     kinds = {c[1] for c in inputs.categories}
-    reference = build_reference(inputs.x, features.names, hardware, kinds)
+    qos = {c[2] for c in inputs.categories}
+    reference = build_reference(inputs.x, features.names, hardware, kinds, qos_classes=qos)
     feature_rules = tuple(
         calibrate(
             reference,

@@ -14,6 +14,7 @@ from scipy import stats
 from service.checks.drift import (
     NO_DECISION,
     PSI_FLOOR,
+    Categories,
     FlagRule,
     WindowAccumulator,
     arrival_statistic,
@@ -107,9 +108,9 @@ def test_novel_categories_flag_the_window_and_every_decision_on_them() -> None:
     acc = WindowAccumulator(ref, _rule(threshold=1e9), window_requests=3)
     offsets = np.array([0, 2, 4, 6])
     cats = [
-        (frozenset({"K80"}), "train"),
-        (frozenset({"P100", "V100"}), "train"),  # unseen class
-        (frozenset({"V100"}), "infer"),  # unseen kind
+        Categories(frozenset({"K80"}), "train", ""),
+        Categories(frozenset({"P100", "V100"}), "train", ""),  # unseen class
+        Categories(frozenset({"V100"}), "infer", ""),  # unseen kind
     ]
     rows = np.full((6, 1), 0.5)
     [w] = acc.feed(rows, offsets, cats, chosen=np.array([0, 1, -1]))
@@ -118,11 +119,37 @@ def test_novel_categories_flag_the_window_and_every_decision_on_them() -> None:
     assert w.statistic < w.threshold  # flagged by novelty alone
 
 
+def test_unseen_qos_classes_and_unknown_kinds_flag_like_unseen_hardware() -> None:
+    """Open vocabularies (issue 22): an unknown kind or QoS class is data, flagged as unseen."""
+    x = np.linspace(0, 1, 50)[:, None]
+    ref = build_reference(x, ONE, {"K80"}, {"train"}, qos_classes={"", "LS"})
+    acc = WindowAccumulator(ref, _rule(threshold=1e9), window_requests=4)
+    cats = [
+        Categories(frozenset({"K80"}), "train", ""),
+        Categories(frozenset({"K80"}), "train", "LS"),
+        Categories(frozenset({"K80"}), "train", "gold"),  # unseen QoS
+        Categories(frozenset({"K80"}), "notebook", "LS"),  # unseen (and unknown) kind
+    ]
+    [w] = acc.feed(np.full((4, 1), 0.5), np.arange(5), cats, chosen=np.array([0, 0, 0, 0]))
+    assert w.flagged and w.unseen_qos == ("gold",) and w.unseen_kinds == ("notebook",)
+    assert w.unseen_hardware == ()
+    assert (w.out_of_support_decisions, w.out_of_support_rows) == (2, 2)
+    # the same window without the two novel requests is not flagged
+    [w] = acc.feed(np.full((4, 1), 0.5), np.arange(5), [cats[0], cats[1]] * 2)
+    assert not w.flagged and w.unseen_qos == ()
+    # a reference without recorded QoS classes (a v1 summary) does not check QoS
+    old = build_reference(x, ONE, {"K80"}, {"train"})
+    assert old.qos_classes is None and not old.is_novel(cats[2])
+    # unset QoS where training always had one is flagged too, and named
+    strict = build_reference(x, ONE, {"K80"}, {"train"}, qos_classes={"LS"})
+    assert strict.unseen(cats[0]).qos == "(unset)"
+
+
 def test_out_of_support_decisions_follow_the_chosen_row() -> None:
     x = np.linspace(0, 1, 50)[:, None]
     ref = build_reference(x, ONE, {"K80"}, {"train"})
     acc = WindowAccumulator(ref, _rule(threshold=1e9), window_requests=4)
-    cats = [(frozenset({"K80"}), "train")] * 4
+    cats = [Categories(frozenset({"K80"}), "train", "")] * 4
     rows = np.array([[0.5], [2.0], [0.5], [2.0], [0.5], [-1.0], [0.2]])
     offsets = np.array([0, 2, 4, 5, 7])
     # request 0 chose its in-range row; 1 chose its out-of-range row;
@@ -138,7 +165,7 @@ def test_windows_split_batches_exactly_at_the_boundary() -> None:
     ref = build_reference(x, ("a", "b"), {"K80"}, {"train"})
     acc = WindowAccumulator(ref, _rule(2), window_requests=7)
     live = rng.normal(0.2, 1.0, size=(60, 2))  # 30 requests of 2 rows
-    cats = [(frozenset({"K80"}), "train")] * 30
+    cats = [Categories(frozenset({"K80"}), "train", "")] * 30
     closed = []
     for lo, hi in ((0, 5), (5, 19), (19, 30)):  # batches straddle window ends
         offsets = np.arange(lo, hi + 1) * 2 - lo * 2
@@ -250,7 +277,7 @@ def test_shipped_gavel_summary_is_what_the_generator_computes(tmp_path: Path) ->
 def test_requests_a_policy_did_not_decide_on_count_no_decision() -> None:
     ref = build_reference(np.linspace(0, 1, 50)[:, None], ONE, {"K80"}, {"train"})
     acc = WindowAccumulator(ref, _rule(threshold=1e9), window_requests=2)
-    cats = [(frozenset({"K80"}), "train")] * 2
+    cats = [Categories(frozenset({"K80"}), "train", "")] * 2
     rows = np.array([[2.0], [2.0]])  # both out of range
     [w] = acc.feed(rows, np.array([0, 1, 2]), cats, chosen=np.array([NO_DECISION, 0]))
     assert (w.decisions, w.out_of_support_decisions, w.out_of_support_rows) == (1, 1, 2)
@@ -295,7 +322,7 @@ def test_windows_see_arrival_gaps_within_the_window_across_batches() -> None:
         4, 0.05, np.full(1, 0.1), 1e9, 100, arrival_center=math.log(10.0), arrival_threshold=0.5
     )
     acc = WindowAccumulator(ref, rule, window_requests=4)
-    cats = [(frozenset({"K80"}), "train")] * 3
+    cats = [Categories(frozenset({"K80"}), "train", "")] * 3
     times = np.array([0.0, 10.0, 20.0, 30.0, 1000.0, 1001.0, 1001.0, 1002.0, 1003.0])
     rows = np.full((9, 1), 0.5)
     closed = []

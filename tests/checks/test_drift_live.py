@@ -10,14 +10,16 @@ the stored raw requests in journal order.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
 from service.cli.demo import simulated_runtime
-from service.contract import DEFAULT_FEATURES, MirrorRequest
+from service.contract import DEFAULT_FEATURES, HardwareClass, MirrorRequest
 from service.evaluator.drift_monitor import DriftMonitor
 from service.metrics import ServiceMetrics
 from service.pipeline.scoring import score_requests
@@ -127,3 +129,52 @@ def test_monitor_flags_inputs_new_to_one_policy_and_not_to_another() -> None:
         sample("understudy_drift_psi_max", policy="iwr-scorer")
         == monitor.last["iwr-scorer"].psi_max
     )
+
+
+def _open_vocabulary(requests: list[MirrorRequest]) -> list[MirrorRequest]:
+    """Every request with an unknown kind and QoS class; every third also on a class
+    whose capability numbers are all unknown (None)."""
+    out = []
+    for i, r in enumerate(requests):
+        workload = dataclasses.replace(r.workload, kind="notebook", qos_class="gold")
+        state = r.state
+        if i % 3 == 0:
+            mystery = HardwareClass("mystery-gpu", None, None, None, None)
+            state = dataclasses.replace(state, hardware=(mystery, *state.hardware[1:]))
+        out.append(dataclasses.replace(r, workload=workload, state=state))
+    return out
+
+
+def test_unknown_kinds_qos_and_capabilities_score_and_are_flagged_and_counted() -> None:
+    """Open vocabularies (issue 22): no shipped policy crashes on an unknown kind, QoS class
+    or unknown capability numbers; every policy's window flags them; each is counted."""
+    registry = load_registry(POLICIES_DIR)
+    assert not registry.refused
+    metrics = ServiceMetrics(CollectorRegistry())
+    monitor = DriftMonitor(registry.training_summaries, WINDOW, metrics)
+    requests = _open_vocabulary(random_requests(seed=11, n_requests=WINDOW))
+    policies = list(registry.policies.values())
+    for start in range(0, len(requests), 50):
+        batch, decisions, _ = score_requests(
+            requests[start : start + 50], policies, DEFAULT_FEATURES
+        )
+        assert np.isfinite(batch.features).all()
+        failed = [d for d in decisions if d.status not in ("ok", "all_infeasible")]
+        assert not failed, failed[:3]
+        ok = [d for d in decisions if d.status == "ok"]
+        assert ok and all(np.isfinite(d.probabilities).all() for d in ok)
+        assert {d.policy for d in decisions} == set(registry.policies)
+        monitor.observe(batch, decisions)
+
+    def sample(metric: str, **labels: str) -> float | None:
+        return metrics.registry.get_sample_value(metric, labels)
+
+    for p in TRAINED:
+        assert sample("understudy_drift_windows_total", policy=p, flagged="true") == 1
+        assert monitor.last[p].unseen_kinds == ("notebook",)
+        assert monitor.last[p].unseen_qos == ("gold",)
+        assert "mystery-gpu" in monitor.last[p].unseen_hardware
+    assert sample("understudy_unseen_vocabulary_total", field="kind") == WINDOW
+    assert sample("understudy_unseen_vocabulary_total", field="qos_class") == WINDOW
+    hardware = sample("understudy_unseen_vocabulary_total", field="hardware")
+    assert hardware is not None and 0 < hardware <= WINDOW
