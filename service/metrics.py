@@ -88,6 +88,13 @@ class ServiceMetrics:
             "gRPC streams closed because the client sent nothing for the idle timeout.",
             registry=registry,
         )
+        self.grpc_stream_refusals = Counter(
+            "understudy_grpc_stream_refusals",
+            "Stream messages acked REJECTED or REPEATED_SEQUENCE, by kind and the ack's reason "
+            "code (the allow-list of service.contract.rejections; docs/ingest.md).",
+            ["kind", "reason"],
+            registry=registry,
+        )
         self.journal_depth_records = Gauge(
             "understudy_journal_depth_records",
             "Records appended but not yet checkpointed by the slowest consumer.",

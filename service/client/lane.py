@@ -8,17 +8,26 @@ Sequence numbers are per lane and never reused. A message stays in the lane
 from `offer` until a cumulative ack covers it; after a broken stream every
 unacked message is sent again, in order, on the next stream (the service
 deduplicates by request id downstream, so a resend never doubles a row).
+
+A refused message's ack names the field and a reason code (docs/ingest.md):
+rejections are counted by reason when the cumulative ack retires them. Two acks
+refer to no message this lane holds -- `REPEATED_SEQUENCE` (the stream saw a
+sequence that did not increase) and `REJECTED` under sequence 0 (a message the
+server could not read) -- so they never change a sent message's fate; they are
+counted as `protocol_errors`, which this lane, numbering from 1 and never
+reusing a number, should never see.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import deque
-from dataclasses import dataclass
+from collections import Counter, deque
+from dataclasses import dataclass, field
 from typing import Any
 
-ACCEPTED, SHED, REJECTED = 1, 2, 3  # understudy.v1.AckStatus values
+ACCEPTED, SHED, REJECTED, REPEATED_SEQUENCE = 1, 2, 3, 4  # understudy.v1.AckStatus values
+NO_SEQUENCE = 0  # the ack sequence of a message the server could not read
 
 
 @dataclass(frozen=True)
@@ -32,6 +41,8 @@ class LaneStats:
     dropped: int
     in_flight: int
     resent: int
+    protocol_errors: int = 0
+    rejected_by_reason: dict[str, int] = field(default_factory=dict)
 
     @property
     def delivered(self) -> int:
@@ -47,10 +58,11 @@ class Lane:
         self._cond = threading.Condition()
         self._unsent: deque[tuple[int, Any, float]] = deque()
         self._sent: deque[tuple[int, Any, float]] = deque()
-        self._not_accepted: dict[int, int] = {}
+        self._not_accepted: dict[int, tuple[int, str]] = {}
         self._next_seq = 1
         self._offered = self._accepted = self._shed = self._rejected = 0
-        self._dropped = self._resent = 0
+        self._dropped = self._resent = self._protocol_errors = 0
+        self._reasons: Counter[str] = Counter()
 
     def offer(self, message: Any) -> bool:
         """Buffer `message`; False (and counted as dropped) when the buffer is full."""
@@ -75,19 +87,28 @@ class Lane:
             self._sent.append((item[0], item[1], time.monotonic()))
             return item[0], item[1]
 
-    def acknowledge(self, status: int, sequence: int) -> None:
-        """Apply one StreamAck: individual non-accepted marks, or a cumulative ack."""
+    def acknowledge(self, status: int, sequence: int, reason: str = "") -> None:
+        """Apply one StreamAck: individual non-accepted marks, or a cumulative ack.
+
+        `reason` is the ack's reason code, kept for a rejected message until the
+        cumulative ack retires it; acks about no message of this lane count as
+        protocol errors and leave every sent message's fate alone.
+        """
         with self._cond:
+            if status == REPEATED_SEQUENCE or (status == REJECTED and sequence == NO_SEQUENCE):
+                self._protocol_errors += 1
+                return
             if status != ACCEPTED:
-                self._not_accepted[sequence] = status
+                self._not_accepted[sequence] = (status, reason)
                 return
             while self._sent and self._sent[0][0] <= sequence:
                 seq = self._sent.popleft()[0]
-                fate = self._not_accepted.pop(seq, ACCEPTED)
+                fate, why = self._not_accepted.pop(seq, (ACCEPTED, ""))
                 if fate == SHED:
                     self._shed += 1
                 elif fate == REJECTED:
                     self._rejected += 1
+                    self._reasons[why or "unspecified"] += 1
                 else:
                     self._accepted += 1
             self._cond.notify_all()
@@ -141,4 +162,6 @@ class Lane:
                 dropped=self._dropped,
                 in_flight=len(self._unsent) + len(self._sent),
                 resent=self._resent,
+                protocol_errors=self._protocol_errors,
+                rejected_by_reason=dict(self._reasons),
             )

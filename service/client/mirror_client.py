@@ -140,7 +140,7 @@ class MirrorClient:
         )
         delay = self._backoff[0]
         while not self._stop.is_set():
-            if self._stream_once(lane, call_stream, envelope):
+            if self._stream_once(lane, call_stream, envelope, method):
                 delay = self._backoff[0]
             lane.requeue_unacked()
             if self._stop.is_set():
@@ -151,7 +151,7 @@ class MirrorClient:
             delay = min(delay * 2, self._backoff[1])
 
     def _stream_once(
-        self, lane: Lane, call_stream: Any, envelope: Callable[[int, Any], Any]
+        self, lane: Lane, call_stream: Any, envelope: Callable[[int, Any], Any], method: str = ""
     ) -> bool:
         """Run one stream until it breaks; True if the server acked anything on it."""
         broken = threading.Event()
@@ -171,7 +171,9 @@ class MirrorClient:
             responses = call_stream(requests(), metadata=self._metadata)
             holder.append(responses)
             for ack in responses:
-                lane.acknowledge(ack.status, ack.sequence)
+                if ack.status in _REFUSED:
+                    _log_refusal(method, ack)
+                lane.acknowledge(ack.status, ack.sequence, ack.reason)
                 acked = True
         except grpc.RpcError as exc:
             with self._lock:
@@ -179,6 +181,22 @@ class MirrorClient:
         finally:
             broken.set()
         return acked
+
+
+_REFUSED = (shadow_pb2.ACK_STATUS_REJECTED, shadow_pb2.ACK_STATUS_REPEATED_SEQUENCE)
+
+
+def _log_refusal(method: str, ack: shadow_pb2.StreamAck) -> None:
+    """One line per refused message: the field and reason say what to fix in the sender."""
+    status = shadow_pb2.AckStatus.Name(ack.status).removeprefix("ACK_STATUS_")
+    log.warning(
+        "%s: message %d %s: field %s, reason %s",
+        method,
+        ack.sequence,
+        status,
+        ack.field or "-",
+        ack.reason or "-",
+    )
 
 
 def _mirror_envelope(sequence: int, request: Any) -> shadow_pb2.MirrorStreamRequest:

@@ -5,7 +5,9 @@
     UnderstudyError
      ├── InvalidInput               bad request content; names the field
      │    ├── UnsupportedSchemaVersion
-     │    └── PayloadTooLarge
+     │    ├── PayloadTooLarge
+     │    ├── MissingField           a required part is absent
+     │    └── MalformedMessage       the bytes are not a message at all
      ├── AuthError
      │    ├── Unauthenticated        no or unknown credentials
      │    └── PermissionDenied       known caller, role not allowed
@@ -43,6 +45,14 @@ class UnsupportedSchemaVersion(InvalidInput):
 
 class PayloadTooLarge(InvalidInput):
     """Raised when a request body exceeds the configured size limit."""
+
+
+class MissingField(InvalidInput):
+    """Raised when a required part of a request is absent (stream acks say `missing_field`)."""
+
+
+class MalformedMessage(InvalidInput):
+    """Raised when bytes do not parse as the expected message (acks say `malformed_message`)."""
 
 
 class AuthError(UnderstudyError):

@@ -21,6 +21,7 @@ from service.contract import (
     WorkloadKind,
 )
 from service.contract.actions import options_from_columns
+from service.contract.errors import MissingField
 from service.contract.state import state_from_columns
 from service.contract.workload import workload_from_fields
 from service.wire.understudy.v1 import contract_pb2 as pb
@@ -82,7 +83,7 @@ def mirror_request_from_pb(msg: pb.MirrorRequest) -> MirrorRequest:
     """Build a `MirrorRequest` from its protobuf message."""
     for part in ("state", "workload", "options"):
         if not msg.HasField(part):
-            raise InvalidInput(part, "is required")
+            raise MissingField(part, "is required")
     return MirrorRequest(
         schema_version=msg.schema_version,
         request_id=msg.request_id,

@@ -21,9 +21,10 @@ from typing import Any
 
 from service.wire.understudy.v1 import contract_pb2 as pb
 
-ENVELOPE_FIELDS = frozenset({"body", "request", "outcome", "sequence", "options[]"})
+ENVELOPE_FIELDS = frozenset({"body", "message", "request", "outcome", "sequence", "options[]"})
 """Names a refusal may give that are not message fields: the whole HTTP body, a
-gRPC message or stream envelope part, and one placement option (``options[3]``)."""
+whole gRPC stream message, a stream envelope part, and one placement option
+(``options[3]``). Stream acks name the refused field by these paths too."""
 
 
 def _paths(message: Any, prefix: str) -> Iterator[str]:

@@ -492,8 +492,10 @@ def test_stream_refuses_stale_sequences_without_journaling_them(
     ]
     acks = list(stub.MirrorStream(iter(sent), metadata=auth))
     refused = [(a.sequence, a.status) for a in acks if a.status != shadow_pb2.ACK_STATUS_ACCEPTED]
-    assert refused == [(1, shadow_pb2.ACK_STATUS_REJECTED)] + [
-        (seq, shadow_pb2.ACK_STATUS_REJECTED) for seq in (3, 2)
+    assert refused == [
+        (1, shadow_pb2.ACK_STATUS_REPEATED_SEQUENCE),
+        (3, shadow_pb2.ACK_STATUS_REJECTED),
+        (2, shadow_pb2.ACK_STATUS_REPEATED_SEQUENCE),
     ]
     assert (acks[-1].accepted, acks[-1].rejected) == (2, 3)
     journaled = [

@@ -91,7 +91,7 @@ def test_stream_acks_are_cumulative_and_prompt(
     outbox.put(shadow_pb2.MirrorStreamRequest(sequence=2, request=msg))  # not increasing
     outbox.put(None)
     rest = list(responses)
-    assert any(a.status == shadow_pb2.ACK_STATUS_REJECTED for a in rest)
+    assert any(a.status == shadow_pb2.ACK_STATUS_REPEATED_SEQUENCE for a in rest)
     assert rest[-1].accepted == 2 and rest[-1].rejected == 1
 
 

@@ -3,6 +3,13 @@
 Handlers receive raw bytes (no deserializer registered) and parse them inside
 the ingest call, so a malformed protobuf is an INVALID_ARGUMENT that is counted
 like any other rejection, instead of an uncounted INTERNAL raised inside gRPC.
+
+On a stream, a refused message gets its own ack with the field and a reason
+code (service.contract.rejections; the vocabulary is in docs/ingest.md): a
+sequence that does not increase is REPEATED_SEQUENCE, never REJECTED under the
+number of a message already accepted, and a message that cannot be read at all
+is REJECTED under sequence 0 (it has none), so one number never stands for two
+messages.
 """
 
 from __future__ import annotations
@@ -17,8 +24,9 @@ from google.protobuf.message import DecodeError
 
 from service.auth import Role, TokenAuthority
 from service.contract import InvalidInput, MirrorRequest, Outcome, PayloadTooLarge
-from service.contract.errors import AuthError
-from service.metrics import ServiceMetrics
+from service.contract.errors import AuthError, MalformedMessage, MissingField, UnderstudyError
+from service.contract.rejections import Refusal, RejectionReason, refusal_of
+from service.metrics import ServiceMetrics, field_label
 from service.pipeline.ingest import AckStatus, Ingest, IngestResult
 from service.transport.grpc.errors import abort, handle_errors
 from service.transport.grpc.stream_limits import StreamLimits
@@ -30,7 +38,8 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = "understudy.v1.ShadowEvaluation"
 UNAUTHENTICATED_PRINCIPAL = "(no valid token)"  # callers without a token share one limit
-_MAX_SEQUENCE = 2**64 - 1
+NO_SEQUENCE = 0
+"""The ack sequence of a message that could not be read: clients number from 1."""
 _PB_STATUS = {
     AckStatus.ACCEPTED: shadow_pb2.ACK_STATUS_ACCEPTED,
     AckStatus.SHED: shadow_pb2.ACK_STATUS_SHED,
@@ -44,7 +53,7 @@ def _parse(message: Any, raw: bytes, what: str, limit: int) -> None:
     try:
         message.ParseFromString(raw)
     except DecodeError as exc:
-        raise InvalidInput(what, f"is not a valid protobuf message: {exc}") from exc
+        raise MalformedMessage(what, f"is not a valid protobuf message: {exc}") from exc
 
 
 def _embedded(raw: bytes) -> bytes | None:
@@ -71,6 +80,24 @@ def _embedded(raw: bytes) -> bytes | None:
         length |= (byte & 0x7F) << shift
         if not byte & 0x80:
             return raw[pos:] if pos + length == end else None
+        shift += 7
+    return None
+
+
+def _leading_sequence(raw: bytes) -> int | None:
+    """The sequence of an envelope too large to parse, when it is written first.
+
+    Every serializer writes field 1 first, so an oversized message can still be
+    refused under its own number; None when the bytes do not start that way.
+    """
+    if raw[:1] != b"\x08":
+        return None
+    value = shift = 0
+    for pos in range(1, min(len(raw), 11)):
+        byte = raw[pos]
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value if value < 2**64 else None
         shift += 7
     return None
 
@@ -152,11 +179,12 @@ class ShadowEvaluationServicer:
         def open_envelope(raw: bytes) -> tuple[int, Callable[[], IngestResult]]:
             envelope = shadow_pb2.MirrorStreamRequest()
             _parse(envelope, raw, "message", self._limit + 64)
-            if not envelope.HasField("request"):
-                raise InvalidInput("request", "is required in every stream message")
             payload = _embedded(raw) or envelope.request.SerializeToString()
 
             def decode() -> tuple[MirrorRequest, bytes]:
+                # here, not above: the message has a sequence, so it is refused under it
+                if not envelope.HasField("request"):
+                    raise MissingField("request", "is required in every stream message")
                 return mirror_request_from_pb(envelope.request), payload
 
             return envelope.sequence, lambda: self._ingest.mirror(
@@ -174,11 +202,11 @@ class ShadowEvaluationServicer:
         def open_envelope(raw: bytes) -> tuple[int, Callable[[], IngestResult]]:
             envelope = shadow_pb2.OutcomeStreamRequest()
             _parse(envelope, raw, "message", self._limit + 64)
-            if not envelope.HasField("outcome"):
-                raise InvalidInput("outcome", "is required in every stream message")
             payload = _embedded(raw) or envelope.outcome.SerializeToString()
 
             def decode() -> tuple[Outcome, bytes]:
+                if not envelope.HasField("outcome"):
+                    raise MissingField("outcome", "is required in every stream message")
                 return outcome_from_pb(envelope.outcome), payload
 
             return envelope.sequence, lambda: self._ingest.outcome("grpc_stream", decode)
@@ -228,34 +256,63 @@ class ShadowEvaluationServicer:
     ) -> None:
         # The sequence is checked before ingesting: a message refused for its
         # sequence must not reach the journal (it would be scored, yet acked
-        # REJECTED and counted twice).
+        # refused and counted twice).
+        unread: InvalidInput | None = None
         try:
             sequence, ingest = open_envelope(raw)
         except InvalidInput as exc:
-            # The envelope itself was unreadable; it has no sequence of its own.
-            self._ingest.count_rejection("grpc_stream", kind, exc)
-            # Clamped: after a client sent sequence 2**64 - 1, "the next one" must
-            # still fit the ack's uint64 (found by the stream fuzzer).
-            progress.last_sequence = min(progress.last_sequence + 1, _MAX_SEQUENCE)
-            progress.record(shadow_pb2.ACK_STATUS_REJECTED, progress.last_sequence)
+            unread = exc
+            leading = _leading_sequence(raw) if isinstance(exc, PayloadTooLarge) else None
+            if leading is None:
+                # Unreadable: it has no sequence of its own, and taking the next
+                # one would refuse the client's real next message as repeated.
+                self._ingest.count_rejection("grpc_stream", kind, exc)
+                self._refuse(progress, kind, NO_SEQUENCE, exc)
+                return
+            sequence = leading
+        if sequence == NO_SEQUENCE:  # proto3's absent field: the client numbered nothing
+            absent = MissingField("sequence", "is required in every stream message, from 1")
+            self._ingest.count_rejection("grpc_stream", kind, absent)
+            self._refuse(progress, kind, NO_SEQUENCE, absent)
             return
         if sequence <= progress.last_sequence:
-            self._ingest.count_rejection(
-                "grpc_stream",
-                kind,
-                InvalidInput(
-                    "sequence", f"must increase; got {sequence} after {progress.last_sequence}"
-                ),
+            stale = InvalidInput(
+                "sequence", f"must increase; got {sequence} after {progress.last_sequence}"
             )
-            progress.record(shadow_pb2.ACK_STATUS_REJECTED, sequence)
+            self._ingest.count_rejection("grpc_stream", kind, stale)
+            self._refuse(progress, kind, sequence, stale, shadow_pb2.ACK_STATUS_REPEATED_SEQUENCE)
             return
         progress.last_sequence = sequence
+        if unread is not None:  # too large, but numbered: refused under its own sequence
+            self._ingest.count_rejection("grpc_stream", kind, unread)
+            self._refuse(progress, kind, sequence, unread)
+            return
         try:
             result = ingest()
-        except InvalidInput:  # already counted by the engine
-            progress.record(shadow_pb2.ACK_STATUS_REJECTED, sequence)
+        except UnderstudyError as exc:  # an InvalidInput is already counted by the engine
+            if refusal_of(exc) is None:
+                raise  # not about this message (e.g. a dependency down): ends the stream
+            self._refuse(progress, kind, sequence, exc)
             return
         progress.record(_PB_STATUS[result.status], sequence)
+
+    def _refuse(
+        self,
+        progress: StreamProgress,
+        kind: str,
+        sequence: int,
+        exc: UnderstudyError,
+        status: int = shadow_pb2.ACK_STATUS_REJECTED,
+    ) -> None:
+        """Ack one refused message with its bounded field and reason code, and count it."""
+        refusal = refusal_of(exc) or Refusal("", RejectionReason.INVALID_VALUE)
+        reason = (
+            RejectionReason.REPEATED_SEQUENCE
+            if status == shadow_pb2.ACK_STATUS_REPEATED_SEQUENCE
+            else refusal.reason
+        )
+        self._metrics.grpc_stream_refusals.labels(kind, reason.value).inc()
+        progress.record(status, sequence, field_label(refusal.field), reason.value)
 
 
 def generic_handler(servicer: ShadowEvaluationServicer) -> grpc.GenericRpcHandler:

@@ -5,7 +5,9 @@ when it runs. To ack promptly while messages keep arriving, a reader thread
 consumes the request iterator and records progress here; the handler's
 generator wakes on each change and yields what is new. Under load several
 accepted messages collapse into one cumulative ack (fewer ack messages, same
-guarantee); shed and rejected messages are announced one by one first.
+guarantee); shed and refused messages are announced one by one first, a
+refused one with its field and reason code. `rejected` counts both REJECTED and
+REPEATED_SEQUENCE acks, so accepted + shed + rejected is what was received.
 
 The wake-up is a byte written to a pipe, not `threading.Condition.notify`: a
 notify wakes the generator while the reader still holds the GIL, and when the
@@ -76,8 +78,13 @@ class StreamProgress:
         """A message arrived: the stream is not idle (the reader calls it per message)."""
         self._last_activity = time.monotonic()
 
-    def record(self, status: int, sequence: int) -> None:
-        """Record the fate of message `sequence` (status: a shadow_pb2.AckStatus value)."""
+    def record(self, status: int, sequence: int, field: str = "", reason: str = "") -> None:
+        """Record the fate of message `sequence` (status: a shadow_pb2.AckStatus value).
+
+        `field` and `reason` go on the individual ack of a refused message (the
+        caller bounds the field and takes the reason from the allow-list,
+        service.contract.rejections); accepted and shed messages carry neither.
+        """
         with self._lock:
             self._last_activity = time.monotonic()
             if status == _ACCEPTED:
@@ -87,7 +94,7 @@ class StreamProgress:
                     self.shed += 1
                 else:
                     self.rejected += 1
-                self._individual.append(self._ack(status, sequence))
+                self._individual.append(self._ack(status, sequence, field, reason))
             if sequence > self._through:
                 self._through = sequence
             # A generator that is busy sending looks at the new state before it sleeps
@@ -108,13 +115,17 @@ class StreamProgress:
             with contextlib.suppress(BlockingIOError):  # full pipe: a wake-up is pending
                 os.write(self._wake_w, b"\0")
 
-    def _ack(self, status: int, sequence: int) -> shadow_pb2.StreamAck:
+    def _ack(
+        self, status: int, sequence: int, field: str = "", reason: str = ""
+    ) -> shadow_pb2.StreamAck:
         return shadow_pb2.StreamAck(
             status=status,  # type: ignore[arg-type]
             sequence=sequence,
             accepted=self.accepted,
             shed=self.shed,
             rejected=self.rejected,
+            field=field,
+            reason=reason,
         )
 
     def _sleep(self, timeout: float) -> None:

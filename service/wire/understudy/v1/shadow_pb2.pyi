@@ -13,10 +13,12 @@ class AckStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ACK_STATUS_ACCEPTED: _ClassVar[AckStatus]
     ACK_STATUS_SHED: _ClassVar[AckStatus]
     ACK_STATUS_REJECTED: _ClassVar[AckStatus]
+    ACK_STATUS_REPEATED_SEQUENCE: _ClassVar[AckStatus]
 ACK_STATUS_UNSPECIFIED: AckStatus
 ACK_STATUS_ACCEPTED: AckStatus
 ACK_STATUS_SHED: AckStatus
 ACK_STATUS_REJECTED: AckStatus
+ACK_STATUS_REPEATED_SEQUENCE: AckStatus
 
 class MirrorAck(_message.Message):
     __slots__ = ("status", "request_id")
@@ -43,18 +45,22 @@ class OutcomeStreamRequest(_message.Message):
     def __init__(self, sequence: _Optional[int] = ..., outcome: _Optional[_Union[_contract_pb2.Outcome, _Mapping]] = ...) -> None: ...
 
 class StreamAck(_message.Message):
-    __slots__ = ("status", "sequence", "accepted", "shed", "rejected")
+    __slots__ = ("status", "sequence", "accepted", "shed", "rejected", "field", "reason")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     SHED_FIELD_NUMBER: _ClassVar[int]
     REJECTED_FIELD_NUMBER: _ClassVar[int]
+    FIELD_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     status: AckStatus
     sequence: int
     accepted: int
     shed: int
     rejected: int
-    def __init__(self, status: _Optional[_Union[AckStatus, str]] = ..., sequence: _Optional[int] = ..., accepted: _Optional[int] = ..., shed: _Optional[int] = ..., rejected: _Optional[int] = ...) -> None: ...
+    field: str
+    reason: str
+    def __init__(self, status: _Optional[_Union[AckStatus, str]] = ..., sequence: _Optional[int] = ..., accepted: _Optional[int] = ..., shed: _Optional[int] = ..., rejected: _Optional[int] = ..., field: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class OutcomeAck(_message.Message):
     __slots__ = ("status", "request_id")
