@@ -223,17 +223,20 @@ class ReviewerAccess:
         digest = query.filter.digest(query.order)
         return Page(page, None if key is None else encode_cursor(key, query.order, digest))
 
-    def request(self, who: Reviewer, request_id: str) -> RequestInFull:
-        """One request in full; `NotFound` if it is not logged."""
+    def request(
+        self, who: Reviewer, request_id: str, endpoint: str = "request"
+    ) -> RequestInFull:
+        """One request in full; `NotFound` if it is not logged. `endpoint`: as access-logged
+        (``request_feasibility`` when only its options' masks are shown)."""
         params = {"request_id": request_id}
         try:
             check_text("request_id", request_id, MAX_ID)
         except InvalidInput as exc:
-            self.record_refusal(who, "request", params, "rejected", str(exc))
+            self.record_refusal(who, endpoint, params, "rejected", str(exc))
             raise
         return self._audited(
             who,
-            "request",
+            endpoint,
             params,
             lambda conn: request_in_full(conn, request_id, self.features),
             lambda _: 1,

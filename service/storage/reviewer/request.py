@@ -3,7 +3,8 @@
 The request is decoded from the stored journal payload (the bytes Runtime
 sent, cluster state put back), its feasibility and features recomputed by the
 same functions the scorer runs (`check_feasibility`, the `FeatureFunction`),
-and shown beside every logged decision with its scores and probabilities
+and shown beside every logged decision, the per-option signal bits the scorer
+logged (read with their own version's signal names), with its scores and probabilities
 decoded, the joined (or still pending) outcome, and the protocol versions
 that were running when it was received. Takes an open `Connection`, like
 `service.storage.reviewer.reads`.
@@ -28,6 +29,7 @@ from service.contract import (
 )
 from service.storage.log import tables as t
 from service.storage.log.convert import unpack_probabilities, unpack_scores
+from service.storage.log.masks import LoggedMask, logged_mask
 from service.storage.log.payload import decode_request, stored_payload
 from service.storage.reads.log import LoggedDecision
 from service.storage.reviewer.reads import (
@@ -65,6 +67,8 @@ class RequestInFull:
     production_source: str | None
     request: MirrorRequest
     feasibility: Feasibility
+    logged_feasibility: LoggedMask
+    """The per-option signal bits the scorer logged (``not logged`` before migration 0010)."""
     features: ReplayedFeatures
     decisions: list[LoggedDecision]
     outcome: dict[str, Any] | None
@@ -143,6 +147,8 @@ def request_in_full(conn: Connection, request_id: str, features: FeatureFunction
             r.c.journal_seq,
             r.c.production_source,
             r.c.feature_hash,
+            r.c.feasibility_version,
+            r.c.feasibility_bits,
             r.c.payload_zstd,
             r.c.state_offset,
             s.c.state_zstd,
@@ -181,6 +187,7 @@ def request_in_full(conn: Connection, request_id: str, features: FeatureFunction
         feasibility=check_feasibility(
             request.state, request.workload, request.options, request.quota_remaining
         ),
+        logged_feasibility=logged_mask(row.feasibility_version, row.feasibility_bits),
         features=replayed,
         decisions=_decisions(conn, request_id, row.request_time),
         outcome=_outcome(conn, request_id, row.request_time),

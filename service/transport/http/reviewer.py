@@ -17,6 +17,7 @@ method   path                                             what
 =======  ===============================================  ================================
 GET      /v1/reviewer/decisions                           decisions by filter, keyset pages
 GET      /v1/reviewer/requests/{request_id}               one request in full
+GET      /v1/reviewer/requests/{request_id}/feasibility   its options' logged masks (JSON/CSV)
 GET      /v1/reviewer/experiments                         recorded protocol versions
 GET      /v1/reviewer/experiments/{id}/versions/{v}/events  a version's events
 =======  ===============================================  ================================
@@ -48,9 +49,13 @@ from service.transport.http.reviewer_models import (
     DecisionModel,
     DecisionPageModel,
     ExperimentModel,
+    LoggedFeasibilityModel,
+    OptionMaskRowModel,
     RequestInFullModel,
     decision_model,
     experiment_model,
+    logged_feasibility_model,
+    option_mask_rows,
     request_model,
     to_csv,
 )
@@ -234,6 +239,22 @@ def reviewer_router(
         who = await caller(request, "request", params)
         full = await serve("request", lambda: access.request(who, request_id))
         return JSONResponse(request_model(full).model_dump(mode="json"))
+
+    @router.get(
+        "/requests/{request_id}/feasibility",
+        response_model=LoggedFeasibilityModel,
+        responses=_CSV_TOO,
+        openapi_extra=_query_docs({"format": DECISION_PARAMETER_DOCS["format"]}),
+        summary="One request's options with the signals that masked each, as the scorer "
+        "logged them (JSON, or CSV one row per option with `;`-joined nodes and signals)",
+    )
+    async def request_feasibility(request: Request, request_id: str) -> Response:
+        endpoint = "request_feasibility"
+        who, _, csv = await checked(request, endpoint, {"request_id": request_id}, allowed=())
+        full = await serve(endpoint, lambda: access.request(who, request_id, endpoint))
+        if csv:
+            return Response(to_csv(option_mask_rows(full), OptionMaskRowModel), media_type=CSV)
+        return JSONResponse(logged_feasibility_model(full).model_dump(mode="json"))
 
     @router.get(
         "/experiments",

@@ -103,6 +103,51 @@ class OptionModel(BaseModel):
     failed_signals: list[str]
 
 
+class OptionMaskModel(BaseModel):
+    """One option's logged feasibility: which signals masked it (by the logged version's names).
+
+    ``feasible`` and ``signals`` are null when the request's bits were not logged
+    (rows from before migration 0010); ``signals`` is null too for a version this
+    service does not know.
+    """
+
+    option: int
+    option_id: str
+    nodes: list[str]
+    feasible: bool | None
+    signals: list[str] | None
+
+
+class LoggedFeasibilityModel(BaseModel):
+    """The per-option signal bits the scorer logged for the request, decoded.
+
+    ``status``: ``logged``, ``not logged`` (before migration 0010: see ``options``
+    of the request for the replayed mask) or ``unknown version <v>``.
+    ``matches_replay``: the logged bits equal the feasibility function's bits
+    recomputed now (null when not logged or logged by another version).
+    """
+
+    version: str | None
+    status: str
+    matches_replay: bool | None
+    options: list[OptionMaskModel]
+
+
+class OptionMaskRowModel(BaseModel):
+    """CSV form of `OptionMaskModel`, one row per option, flat: ``nodes`` and ``signals`` are
+    names joined by ``;`` (empty ``signals`` and ``feasible`` = ``true``: nothing fired;
+    empty ``feasible``: not logged)."""
+
+    request_id: str
+    feasibility_version: str | None
+    status: str
+    option: int
+    option_id: str
+    nodes: str
+    feasible: bool | None
+    signals: str
+
+
 class FeaturesModel(BaseModel):
     """Features recomputed now; ``values[i]`` is option ``i``'s row."""
 
@@ -144,6 +189,7 @@ class RequestInFullModel(BaseModel):
     production_source: str | None
     request: dict[str, Any]
     options: list[OptionModel]
+    logged_feasibility: LoggedFeasibilityModel
     features: FeaturesModel
     decisions: list[PolicyDecisionModel]
     outcome: dict[str, Any] | None
@@ -184,6 +230,48 @@ def _policy_decision(d: LoggedDecision) -> PolicyDecisionModel:
     )
 
 
+def logged_feasibility_model(full: RequestInFull) -> LoggedFeasibilityModel:
+    """The request's logged masks, per option (see `LoggedFeasibilityModel`)."""
+    req, logged = full.request, full.logged_feasibility
+    state, options = req.state, req.options
+    matches: bool | None = None
+    if logged.bits is not None and logged.version == full.feasibility.version:
+        matches = np.array_equal(logged.bits, full.feasibility.bits)
+    items = []
+    for i in range(options.n_options):
+        signals = logged.signals(i)
+        items.append(
+            OptionMaskModel(
+                option=i,
+                option_id=options.option_ids[i] if options.option_ids else "",
+                nodes=[state.node_ids[int(n)] for n in options.nodes_of(i)],
+                feasible=logged.feasible(i),
+                signals=list(signals) if signals is not None else None,
+            )
+        )
+    return LoggedFeasibilityModel(
+        version=logged.version, status=logged.status, matches_replay=matches, options=items
+    )
+
+
+def option_mask_rows(full: RequestInFull) -> list[OptionMaskRowModel]:
+    """The CSV rows of the request's logged masks (see `OptionMaskRowModel`)."""
+    model = logged_feasibility_model(full)
+    return [
+        OptionMaskRowModel(
+            request_id=full.request_id,
+            feasibility_version=model.version,
+            status=model.status,
+            option=o.option,
+            option_id=o.option_id,
+            nodes=";".join(o.nodes),
+            feasible=o.feasible,
+            signals=";".join(o.signals or ()),
+        )
+        for o in model.options
+    ]
+
+
 def request_model(full: RequestInFull) -> RequestInFullModel:
     """Response form of one request in full."""
     req, state, feas = full.request, full.request.state, full.feasibility
@@ -211,6 +299,7 @@ def request_model(full: RequestInFull) -> RequestInFullModel:
         production_source=full.production_source,
         request=json.loads(mirror_to_json(req)),
         options=options,
+        logged_feasibility=logged_feasibility_model(full),
         features=FeaturesModel(
             version=f.version,
             definition_hash=f.definition_hash,
