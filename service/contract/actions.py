@@ -106,4 +106,17 @@ def options_from_columns(src: Any) -> PlacementOptions:
         node_index=frozen_array(src.node_index, np.int32),
         accelerators=frozen_array(src.accelerators, np.int32),
         option_ids=tuple(src.option_ids),
+        **_named_devices(src),
     )
+
+
+def _named_devices(src: Any) -> dict[str, Any]:
+    """The options' named devices as keyword arguments; none (the defaults) when not named."""
+    if not len(src.device_offsets):
+        if len(src.device_index):
+            raise InvalidInput("options.device_offsets", "must be set when device_index is given")
+        return {}
+    return {
+        "device_offsets": frozen_array(src.device_offsets, np.int64),
+        "device_index": frozen_array(src.device_index, np.int32),
+    }

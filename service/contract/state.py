@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
+from service.contract.csr import check_offsets
 from service.contract.errors import InvalidInput
 from service.contract.hardware import HardwareClass
 
@@ -166,15 +167,17 @@ def labels_from_csr(
     return tuple(out)
 
 
-def node_hardware_array(values: Sequence[int], n_hardware: int) -> NDArray[np.int32]:
-    """`state.node_hardware` as int32; an index too large for it is refused, not wrapped."""
+def node_hardware_array(
+    values: Sequence[int], n_hardware: int, field: str = "state.node_hardware"
+) -> NDArray[np.int32]:
+    """A hardware index column (`field`) as int32; an index beyond int32 is refused, not wrapped."""
     wide = np.asarray(values, dtype=np.int64)
     if wide.ndim != 1:
         wide = wide.reshape(-1)
     if len(wide) and np.maximum.reduce(wide) > _INT32_MAX:
         bad = np.flatnonzero(wide > _INT32_MAX)
         raise InvalidInput(
-            f"state.node_hardware[{bad[0]}]",
+            f"{field}[{bad[0]}]",
             f"must index state.hardware (< {n_hardware}), got {wide[bad[0]]}",
         )
     narrow = wide.astype(np.int32)
@@ -182,28 +185,104 @@ def node_hardware_array(values: Sequence[int], n_hardware: int) -> NDArray[np.in
     return narrow
 
 
-def state_from_columns(src: Any) -> ClusterState:
+def hardware_from_columns(src: Any) -> tuple[HardwareClass, ...]:
+    """Hardware classes as the object carries them: a None capability is unknown.
+
+    The HTTP forms carry None for an unknown (absent or null) number; the protobuf
+    form needs its presence bits and the schema version (service.wire.convert).
+    """
+    return tuple(
+        HardwareClass(
+            h.name,
+            h.accelerator_memory_gb,
+            h.peak_dense_tflops,
+            h.memory_bandwidth_gbps,
+            h.interconnect_gbps,
+        )
+        for h in src.hardware
+    )
+
+
+DEVICE_COLUMNS = "the state.device_* columns"
+"""How refusals name the per-device columns that state.device_offsets indexes."""
+
+
+def check_device_layout(
+    offsets: NDArray[np.int64], n_nodes: int, n_devices: int, n_shares: int
+) -> None:
+    """The device CSR over nodes and the share column's length: what deriving node counts
+    needs, checked the same way by the validator (one message whichever finds it)."""
+    check_offsets("state.device_offsets", offsets, n_nodes, n_devices, DEVICE_COLUMNS, "n_nodes")
+    if n_shares != n_devices:
+        raise InvalidInput(
+            "state.device_free_share",
+            f"must have one value per device ({n_devices}), got {n_shares}",
+        )
+
+
+def _node_counts(
+    offsets: NDArray[np.int64], free_share: NDArray[np.float32], n_nodes: int, n_devices: int
+) -> tuple[NDArray[np.int32], NDArray[np.int32]]:
+    """(wholly free, total) devices per node: what the node columns say when left empty.
+
+    Wholly free = free share >= 1, the same test feasibility uses for whole devices.
+    """
+    check_device_layout(offsets, n_nodes, n_devices, len(free_share))
+    counts = offsets[1:] - offsets[:-1]
+    node = np.repeat(np.arange(n_nodes, dtype=np.int64), counts)
+    free = np.bincount(node, weights=free_share >= 1.0, minlength=n_nodes)
+    return frozen_array(free, np.int32), frozen_array(counts, np.int32)
+
+
+def state_from_columns(src: Any, hardware: tuple[HardwareClass, ...] | None = None) -> ClusterState:
     """A `ClusterState` from any object with the wire's columnar field names.
 
     Both wire forms — the protobuf message and the HTTP JSON model — carry the
     same attribute names (docs/contract.md), so one function builds the state
     from either; column lengths and values are checked by the validator.
+
+    Args:
+        src: the wire object.
+        hardware: the decoded hardware classes, when the caller had to decode
+            them itself (protobuf presence bits); default: read from `src`.
+
+    With devices (``device_offsets`` non-empty), ``accelerators_free`` and
+    ``accelerators_total`` may be left empty: they are derived from the devices
+    (total = the node's devices, free = its wholly free ones); when sent, the
+    validator checks that they agree.
     """
+    n_nodes = len(src.node_ids)
+    hardware = hardware_from_columns(src) if hardware is None else hardware
+    accelerators_free = frozen_array(src.accelerators_free, np.int32)
+    accelerators_total = frozen_array(src.accelerators_total, np.int32)
+    devices: dict[str, Any] = {}
+    if len(src.device_offsets):
+        offsets = frozen_array(src.device_offsets, np.int64)
+        share = frozen_array(src.device_free_share, np.float32)
+        if not len(accelerators_free) or not len(accelerators_total):
+            free, total = _node_counts(offsets, share, n_nodes, len(src.device_hardware))
+            accelerators_free = accelerators_free if len(accelerators_free) else free
+            accelerators_total = accelerators_total if len(accelerators_total) else total
+        devices = {
+            "device_offsets": offsets,
+            "device_hardware": node_hardware_array(
+                src.device_hardware, len(hardware), "state.device_hardware"
+            ),
+            "device_free_share": share,
+            "device_free_memory_gb": frozen_array(src.device_free_memory_gb, np.float32),
+            "device_ids": tuple(src.device_ids),
+        }
+    elif any(
+        len(getattr(src, name))
+        for name in ("device_hardware", "device_free_share", "device_free_memory_gb", "device_ids")
+    ):
+        raise InvalidInput("state.device_offsets", "must be set when device columns are given")
     return ClusterState(
         node_ids=tuple(src.node_ids),
-        hardware=tuple(
-            HardwareClass(
-                h.name,
-                h.accelerator_memory_gb,
-                h.peak_dense_tflops,
-                h.memory_bandwidth_gbps,
-                h.interconnect_gbps,
-            )
-            for h in src.hardware
-        ),
-        node_hardware=node_hardware_array(src.node_hardware, len(src.hardware)),
-        accelerators_free=frozen_array(src.accelerators_free, np.int32),
-        accelerators_total=frozen_array(src.accelerators_total, np.int32),
+        hardware=hardware,
+        node_hardware=node_hardware_array(src.node_hardware, len(hardware)),
+        accelerators_free=accelerators_free,
+        accelerators_total=accelerators_total,
         cpu_free=frozen_array(src.cpu_free, np.float32),
         cpu_total=frozen_array(src.cpu_total, np.float32),
         memory_free_gb=frozen_array(src.memory_free_gb, np.float32),
@@ -214,5 +293,6 @@ def state_from_columns(src: Any) -> ClusterState:
         draining=frozen_array(src.draining, np.bool_),
         zone=tuple(src.zone),
         locality=tuple(src.locality),
-        labels=labels_from_csr(src.label_offsets, src.labels, len(src.node_ids)),
+        labels=labels_from_csr(src.label_offsets, src.labels, n_nodes),
+        **devices,
     )

@@ -16,10 +16,16 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.contract.actions import DEFER
+from service.contract.device_validation import (
+    check_accelerator_classes,
+    check_devices,
+    check_named_devices,
+)
 from service.contract.errors import InvalidInput, UnsupportedSchemaVersion
 from service.contract.outcome import Outcome
 from service.contract.production import check_distribution, check_request_support
 from service.contract.request import SUPPORTED_SCHEMA_VERSIONS, MirrorRequest, ProductionDecision
+from service.contract.schema_versions import V1_SCHEMA, check_schema_1
 from service.contract.state import ClusterState
 from service.contract.text import check_request_texts, check_text
 
@@ -79,8 +85,8 @@ _HARDWARE_QUANTITIES = (
 )
 
 
-def _check_quantity(field: str, value: float) -> None:
-    if value > MAX_QUANTITY:
+def _check_quantity(field: str, value: float | None) -> None:
+    if value is not None and value > MAX_QUANTITY:  # None: an unknown capability
         raise InvalidInput(field, f"must be at most {MAX_QUANTITY:g}, got {value}")
 
 
@@ -148,6 +154,9 @@ def validate_state(request: MirrorRequest, limits: RequestLimits) -> None:
             _check_quantity(f"state.hardware[{i}].{name}", getattr(hw, name))
     if not _columns_clean(s, n):
         _check_columns(s, n)
+    if s.has_devices:  # requests without devices skip the device rules entirely
+        check_devices(s, n, limits.max_id_length)
+    check_accelerator_classes(s)
 
 
 def _columns_clean(s: ClusterState, n: int) -> bool:
@@ -230,6 +239,8 @@ def validate_request(request: MirrorRequest, limits: RequestLimits | None = None
             "schema_version",
             f"must be one of {sorted(SUPPORTED_SCHEMA_VERSIONS)}, got {request.schema_version}",
         )
+    if request.schema_version == V1_SCHEMA:
+        check_schema_1(request)  # the version-1 rule (service.contract.schema_versions)
     _check_id("request_id", request.request_id, limits)
     _check_time("request_time", request.request_time)
     validate_state(request, limits)
@@ -274,6 +285,8 @@ def validate_request(request: MirrorRequest, limits: RequestLimits | None = None
         )
     if len(o.option_ids) not in (0, n_options):
         raise InvalidInput("options.option_ids", f"must be empty or one per option ({n_options})")
+    if o.names_devices or len(o.device_index):
+        check_named_devices(request)
     if request.production is not None:
         _check_production("production", request.production, n_options)
     q = request.quota_remaining
@@ -296,6 +309,18 @@ def validate_workload(request: MirrorRequest) -> None:
         _check_quantity(f"workload.{name}", value)
     if w.accelerators < 0:
         raise InvalidInput("workload.accelerators", f"must be >= 0, got {w.accelerators}")
+    _check_vocabulary("workload.kind", w.kind, required=True)
+    _check_vocabulary("workload.qos_class", w.qos_class, required=False)
+    share = w.accelerator_share
+    if share is not None:
+        if not (math.isfinite(share) and 0.0 < share <= 1.0):
+            raise InvalidInput("workload.accelerator_share", f"must be in (0, 1], got {share}")
+        if w.accelerators != 0:
+            raise InvalidInput(
+                "workload.accelerators",
+                f"must be 0 with workload.accelerator_share (a share of one device), "
+                f"got {w.accelerators}",
+            )
     if w.gang_size < 1:
         raise InvalidInput("workload.gang_size", f"must be >= 1, got {w.gang_size}")
     for name in ("slo_seconds", "work_units"):
@@ -304,6 +329,21 @@ def validate_workload(request: MirrorRequest) -> None:
             raise InvalidInput(f"workload.{name}", f"must be finite and > 0 when set, got {value}")
         if value is not None:
             _check_quantity(f"workload.{name}", value)
+
+
+MAX_VOCABULARY_LENGTH = 64
+"""Longest workload kind or QoS class accepted: open vocabularies, bounded (issue 22)."""
+
+
+def _check_vocabulary(field: str, value: str, required: bool) -> None:
+    """An open-vocabulary string: any value, bounded, printable; `required` = non-empty."""
+    if required and not value:
+        raise InvalidInput(field, "must be a non-empty string")
+    if len(value) > MAX_VOCABULARY_LENGTH:
+        raise InvalidInput(
+            field, f"must be at most {MAX_VOCABULARY_LENGTH} characters, got {len(value)}"
+        )
+    check_text(field, value)
 
 
 def validate_outcome(outcome: Outcome, limits: RequestLimits | None = None) -> None:

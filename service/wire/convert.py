@@ -5,6 +5,14 @@ repeated fields become numpy arrays in one call each (cheap: no per-element
 Python objects). Structural problems that protobuf's defaults would hide —
 a missing sub-message, an unspecified enum — are raised here as
 `InvalidInput`; content rules live in `service.contract.validation`.
+
+Schema versions (docs/contract.md, "Versioning"): a schema-1 message keeps its
+old meaning — an unset capability number is 0 (proto3 without presence could
+not send a 0, so unset was how 0 travelled) and the kind is the enum; it may
+set no schema-2 field (`kind_name` is refused here, the others by the
+validator, which sees them on the dataclass). From schema 2 on, an unset
+capability is unknown (None) and the kind is `kind_name`, or the enum when
+`kind_name` is empty; both set must agree.
 """
 
 from __future__ import annotations
@@ -22,6 +30,9 @@ from service.contract import (
 )
 from service.contract.actions import options_from_columns
 from service.contract.errors import MissingField
+from service.contract.hardware import CAPABILITIES, HardwareClass
+from service.contract.request import SCHEMA_VERSION
+from service.contract.schema_versions import V1_REFUSAL, V1_SCHEMA
 from service.contract.state import state_from_columns
 from service.contract.workload import workload_from_fields
 from service.wire.understudy.v1 import contract_pb2 as pb
@@ -48,23 +59,54 @@ _FAILURE_TO_PB = {v: k for k, v in _FAILURE_FROM_PB.items()}
 _FAILURE_FROM_PB[pb.FAILURE_KIND_UNSPECIFIED] = FailureKind.NONE
 
 
-def state_from_pb(msg: pb.ClusterState) -> ClusterState:
-    """Build a `ClusterState` from its protobuf message."""
-    return state_from_columns(msg)
+def _hardware_from_pb(h: pb.HardwareClass, schema_version: int) -> HardwareClass:
+    unset = 0.0 if schema_version == V1_SCHEMA else None
+    numbers = [getattr(h, name) if h.HasField(name) else unset for name in CAPABILITIES]
+    return HardwareClass(h.name, *numbers)
 
 
-def workload_from_pb(msg: pb.Workload) -> Workload:
-    """Build a `Workload`; an unspecified kind is refused here."""
-    kind = _KIND_FROM_PB.get(msg.kind)
-    if kind is None:
+def state_from_pb(msg: pb.ClusterState, schema_version: int = SCHEMA_VERSION) -> ClusterState:
+    """Build a `ClusterState` from its protobuf message, capability numbers by `schema_version`."""
+    hardware = tuple(_hardware_from_pb(h, schema_version) for h in msg.hardware)
+    return state_from_columns(msg, hardware)
+
+
+def _kind_from_pb(msg: pb.Workload, schema_version: int) -> str:
+    enum_kind = _KIND_FROM_PB.get(msg.kind)
+    if schema_version == V1_SCHEMA:
+        if msg.kind_name:
+            raise InvalidInput("workload.kind_name", V1_REFUSAL)
+        if enum_kind is None:
+            raise InvalidInput(
+                "workload.kind", f"must be train, finetune, infer or batch, got {msg.kind}"
+            )
+        return enum_kind.value
+    if not msg.kind_name:
+        if enum_kind is None:
+            raise InvalidInput(
+                "workload.kind_name",
+                f"must be set (or workload.kind to a known kind), got kind {msg.kind}",
+            )
+        return enum_kind.value
+    if msg.kind != pb.WORKLOAD_KIND_UNSPECIFIED and (
+        enum_kind is None or enum_kind.value != msg.kind_name
+    ):
         raise InvalidInput(
-            "workload.kind", f"must be train, finetune, infer or batch, got {msg.kind}"
+            "workload.kind_name",
+            f"disagrees with workload.kind ({msg.kind}): set one, or both to the same kind",
         )
+    return msg.kind_name
+
+
+def workload_from_pb(msg: pb.Workload, schema_version: int = SCHEMA_VERSION) -> Workload:
+    """Build a `Workload`; the kind is read by `schema_version` (module docstring)."""
     return workload_from_fields(
         msg,
-        kind,
+        _kind_from_pb(msg, schema_version),
         msg.slo_seconds if msg.HasField("slo_seconds") else None,
         msg.work_units if msg.HasField("work_units") else None,
+        msg.accelerator_share if msg.HasField("accelerator_share") else None,
+        msg.qos_class,
     )
 
 
@@ -74,8 +116,12 @@ def options_from_pb(msg: pb.PlacementOptions) -> PlacementOptions:
 
 
 def _production_from_pb(msg: pb.ProductionDecision) -> ProductionDecision:
+    # An empty repeated field is "not sent": proto3 cannot tell it from an empty list.
     return ProductionDecision(
-        option=msg.option, propensity=msg.propensity if msg.HasField("propensity") else None
+        option=msg.option,
+        propensity=msg.propensity if msg.HasField("propensity") else None,
+        probabilities=tuple(msg.probabilities) if len(msg.probabilities) else None,
+        defer_probability=msg.defer_probability if msg.HasField("defer_probability") else None,
     )
 
 
@@ -88,8 +134,8 @@ def mirror_request_from_pb(msg: pb.MirrorRequest) -> MirrorRequest:
         schema_version=msg.schema_version,
         request_id=msg.request_id,
         request_time=msg.request_time,
-        state=state_from_pb(msg.state),
-        workload=workload_from_pb(msg.workload),
+        state=state_from_pb(msg.state, msg.schema_version),
+        workload=workload_from_pb(msg.workload, msg.schema_version),
         options=options_from_pb(msg.options),
         production=_production_from_pb(msg.production) if msg.HasField("production") else None,
         quota_remaining=msg.quota_remaining if msg.HasField("quota_remaining") else None,
@@ -123,16 +169,7 @@ def state_to_pb(state: ClusterState) -> pb.ClusterState:
     """Columnar protobuf form of a `ClusterState`."""
     msg = pb.ClusterState(
         node_ids=state.node_ids,
-        hardware=[
-            pb.HardwareClass(
-                name=h.name,
-                accelerator_memory_gb=h.accelerator_memory_gb,
-                peak_dense_tflops=h.peak_dense_tflops,
-                memory_bandwidth_gbps=h.memory_bandwidth_gbps,
-                interconnect_gbps=h.interconnect_gbps,
-            )
-            for h in state.hardware
-        ],
+        hardware=[hardware_to_pb(h) for h in state.hardware],
         node_hardware=state.node_hardware.tolist(),
         accelerators_free=state.accelerators_free.tolist(),
         accelerators_total=state.accelerators_total.tolist(),
@@ -153,14 +190,29 @@ def state_to_pb(state: ClusterState) -> pb.ClusterState:
             msg.labels.extend(sorted(labels))
             offsets.append(len(msg.labels))
         msg.label_offsets.extend(offsets)
+    if state.has_devices:
+        msg.device_offsets.extend(state.device_offsets.tolist())
+        msg.device_hardware.extend(state.device_hardware.tolist())
+        msg.device_free_share.extend(state.device_free_share.tolist())
+        msg.device_free_memory_gb.extend(state.device_free_memory_gb.tolist())
+        msg.device_ids.extend(state.device_ids)
     return msg
 
 
-def workload_to_pb(w: Workload) -> pb.Workload:
-    """Protobuf form of a `Workload`."""
+def hardware_to_pb(h: HardwareClass) -> pb.HardwareClass:
+    """Protobuf form of a class: an unknown (None) capability is left unset."""
+    known = {name: value for name in CAPABILITIES if (value := getattr(h, name)) is not None}
+    return pb.HardwareClass(name=h.name, **known)
+
+
+def workload_to_pb(w: Workload, schema_version: int = SCHEMA_VERSION) -> pb.Workload:
+    """Protobuf form of a `Workload`: the enum for a known kind, and from schema 2 on
+    (or for a kind the enum cannot say, which the validator then refuses in schema 1)
+    the kind's name too."""
+    known = _KIND_TO_PB.get(w.kind)  # type: ignore[call-overload]
     msg = pb.Workload(
         workload_id=w.workload_id,
-        kind=_KIND_TO_PB[w.kind],
+        kind=pb.WORKLOAD_KIND_UNSPECIFIED if known is None else known,
         model_family=w.model_family,
         model_size_b=w.model_size_b,
         accelerators=w.accelerators,
@@ -178,6 +230,12 @@ def workload_to_pb(w: Workload) -> pb.Workload:
         msg.slo_seconds = w.slo_seconds
     if w.work_units is not None:
         msg.work_units = w.work_units
+    if schema_version != V1_SCHEMA or known is None:
+        msg.kind_name = w.kind
+    if w.qos_class:
+        msg.qos_class = w.qos_class
+    if w.accelerator_share is not None:
+        msg.accelerator_share = w.accelerator_share
     return msg
 
 
@@ -185,6 +243,10 @@ def _production_to_pb(p: ProductionDecision) -> pb.ProductionDecision:
     msg = pb.ProductionDecision(option=p.option)
     if p.propensity is not None:
         msg.propensity = p.propensity
+    if p.probabilities is not None:
+        msg.probabilities.extend(p.probabilities)
+    if p.defer_probability is not None:
+        msg.defer_probability = p.defer_probability
     return msg
 
 
@@ -195,12 +257,14 @@ def mirror_request_to_pb(r: MirrorRequest) -> pb.MirrorRequest:
         request_id=r.request_id,
         request_time=r.request_time,
         state=state_to_pb(r.state),
-        workload=workload_to_pb(r.workload),
+        workload=workload_to_pb(r.workload, r.schema_version),
         options=pb.PlacementOptions(
             node_offsets=r.options.node_offsets.tolist(),
             node_index=r.options.node_index.tolist(),
             accelerators=r.options.accelerators.tolist(),
             option_ids=r.options.option_ids,
+            device_offsets=r.options.device_offsets.tolist(),
+            device_index=r.options.device_index.tolist(),
         ),
     )
     if r.production is not None:

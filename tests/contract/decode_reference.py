@@ -184,6 +184,17 @@ def _ref_validate_state(request: MirrorRequest, limits: RequestLimits) -> None:
     for name in ("zone", "locality", "labels"):
         if len(getattr(s, name)) != n:
             raise InvalidInput(f"state.{name}", f"must have one entry per node ({n})")
+    # contract v2 (issue 22): a class stated to have no accelerator memory on a node
+    # with accelerators is refused (it silently turned GPUs into a CPU pool)
+    for i in range(n):
+        h = int(s.node_hardware[i])
+        if s.hardware[h].accelerator_memory_gb == 0 and s.accelerators_total[i] > 0:
+            raise InvalidInput(
+                f"state.hardware[{h}].accelerator_memory_gb",
+                f"is 0 (a CPU pool) but node {i} of this class has "
+                f"{s.accelerators_total[i]} accelerators: give the accelerator memory, "
+                "or leave it unset if unknown",
+            )
 
 
 def _ref_validate_options(request: MirrorRequest, limits: RequestLimits) -> None:

@@ -1,6 +1,16 @@
-"""Converters from the HTTP models to contract dataclasses (and the journal payload)."""
+"""Converters from the HTTP models to contract dataclasses (and the journal payload).
+
+Schema versions over HTTP (docs/contract.md, "Versioning"): a schema-1 body keeps
+its old meaning — every capability number given, a kind of the four the v1
+enum had, no schema-2 field — and is checked for that here, before the body is
+encoded for the journal, because the protobuf form of a schema-1 request reads
+an unset capability as 0 (service.wire.convert): an HTTP v1 body that left a
+number out must be refused, not journaled as 0.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pydantic
 
@@ -10,9 +20,9 @@ from service.contract import (
     MirrorRequest,
     Outcome,
     ProductionDecision,
-    WorkloadKind,
 )
 from service.contract.actions import options_from_columns
+from service.contract.schema_versions import V1_SCHEMA, check_schema_1
 from service.contract.state import state_from_columns
 from service.contract.workload import workload_from_fields
 from service.transport.http import structs
@@ -38,13 +48,33 @@ def invalid_from_pydantic(exc: pydantic.ValidationError) -> InvalidInput:
         else:
             parts.append(str(part))
     field = ".".join(parts) or "body"
+    hint = _HINTS.get(field)
+    if hint is not None and isinstance(first.get("input"), float):
+        return InvalidInput(field, f"is invalid: {first['msg']}; {hint}")
     return InvalidInput(field, f"is invalid: {first['msg']}")
+
+
+_HINTS = {
+    "workload.accelerators": (
+        "it counts whole devices: for a share of one device (e.g. 0.44) send "
+        "`workload.accelerator_share` with workload.accelerators 0 (schema_version 2)"
+    ),
+}
+"""What to do instead, for a number of the wrong kind where the contract has a field for it."""
 
 
 def _production(
     p: ProductionDecisionModel | structs.ProductionDecision | None,
 ) -> ProductionDecision | None:
-    return None if p is None else ProductionDecision(option=p.option, propensity=p.propensity)
+    if p is None:
+        return None
+    # An empty list is "not sent", as on the protobuf wire (which cannot tell the two apart).
+    return ProductionDecision(
+        option=p.option,
+        propensity=p.propensity,
+        probabilities=tuple(p.probabilities) if p.probabilities else None,
+        defer_probability=p.defer_probability,
+    )
 
 
 def outcome_from_model(m: OutcomeModel | structs.Outcome) -> tuple[Outcome, bytes]:
@@ -76,16 +106,21 @@ def mirror_from_json(body: bytes) -> tuple[MirrorRequest, bytes]:
 def request_from_model(m: MirrorRequestModel | structs.MirrorRequest) -> MirrorRequest:
     """The contract request from a parsed body (pydantic or msgspec: the same field names)."""
     w = m.workload
-    return MirrorRequest(
+    request = MirrorRequest(
         schema_version=m.schema_version,
         request_id=m.request_id,
         request_time=m.request_time,
         state=state_from_columns(m.state),
-        workload=workload_from_fields(w, WorkloadKind(w.kind), w.slo_seconds, w.work_units),
+        workload=workload_from_fields(
+            w, w.kind, w.slo_seconds, w.work_units, w.accelerator_share, w.qos_class
+        ),
         options=options_from_columns(m.options),
         production=_production(m.production),
         quota_remaining=m.quota_remaining,
     )
+    if request.schema_version == V1_SCHEMA:
+        check_schema_1(request)  # before encoding: module docstring
+    return request
 
 
 def _encode_mirror(request: MirrorRequest) -> bytes:
@@ -129,6 +164,11 @@ def mirror_to_json(request: MirrorRequest) -> bytes:
                 )
                 for h in s.hardware
             ],
+            device_offsets=s.device_offsets.tolist(),
+            device_hardware=s.device_hardware.tolist(),
+            device_free_share=s.device_free_share.tolist(),
+            device_free_memory_gb=s.device_free_memory_gb.tolist(),
+            device_ids=list(s.device_ids),
             node_hardware=s.node_hardware.tolist(),
             accelerators_free=s.accelerators_free.tolist(),
             accelerators_total=s.accelerators_total.tolist(),
@@ -162,18 +202,59 @@ def mirror_to_json(request: MirrorRequest) -> bytes:
             allowed_hardware=sorted(w.allowed_hardware),
             affinity=sorted(w.affinity),
             anti_affinity=sorted(w.anti_affinity),
+            qos_class=w.qos_class,
+            accelerator_share=w.accelerator_share,
         ),
         options=PlacementOptionsModel(
             node_offsets=o.node_offsets.tolist(),
             node_index=o.node_index.tolist(),
             accelerators=o.accelerators.tolist(),
             option_ids=list(o.option_ids),
+            device_offsets=o.device_offsets.tolist(),
+            device_index=o.device_index.tolist(),
         ),
-        production=None
-        if request.production is None
-        else ProductionDecisionModel(
-            option=request.production.option, propensity=request.production.propensity
-        ),
+        production=None if request.production is None else _production_model(request.production),
         quota_remaining=request.quota_remaining,
     )
-    return model.model_dump_json().encode()
+    return model.model_dump_json(exclude=_unset_v2_fields(request)).encode()
+
+
+def _unset_v2_fields(request: MirrorRequest) -> dict[str, Any]:
+    """The schema-2 fields `request` leaves at their defaults, to leave out of its body:
+    a request that uses none of them is written exactly as before schema 2 (byte for byte)."""
+    s, w, o, p = request.state, request.workload, request.options, request.production
+    exclude: dict[str, Any] = {}
+    if not s.has_devices:
+        exclude["state"] = set(_DEVICE_COLUMNS)
+    workload = {"qos_class"} if not w.qos_class else set()
+    if w.accelerator_share is None:
+        workload.add("accelerator_share")
+    if workload:
+        exclude["workload"] = workload
+    if not o.names_devices:
+        exclude["options"] = {"device_offsets", "device_index"}
+    if p is not None:
+        production = {"probabilities"} if p.probabilities is None else set()
+        if p.defer_probability is None:
+            production.add("defer_probability")
+        if production:
+            exclude["production"] = production
+    return exclude
+
+
+_DEVICE_COLUMNS = (
+    "device_offsets",
+    "device_hardware",
+    "device_free_share",
+    "device_free_memory_gb",
+    "device_ids",
+)
+
+
+def _production_model(p: ProductionDecision) -> ProductionDecisionModel:
+    return ProductionDecisionModel(
+        option=p.option,
+        propensity=p.propensity,
+        probabilities=list(p.probabilities or ()),
+        defer_probability=p.defer_probability,
+    )

@@ -19,6 +19,8 @@ from service.contract import (
     MirrorRequest,
     Outcome,
 )
+from service.contract.hardware import CAPABILITIES
+from service.contract.schema_versions import V1_SCHEMA
 from service.transport.http import convert, structs
 from service.wire.convert import mirror_request_from_pb
 from service.wire.understudy.v1 import contract_pb2 as pb
@@ -47,6 +49,11 @@ _STATE_COLUMNS = (
     "locality",
     "label_offsets",
     "labels",
+    "device_offsets",
+    "device_hardware",
+    "device_free_share",
+    "device_free_memory_gb",
+    "device_ids",
 )
 _WORKLOAD_SCALARS = (
     "workload_id",
@@ -59,6 +66,7 @@ _WORKLOAD_SCALARS = (
     "gang_size",
     "priority",
     "tenant",
+    "qos_class",
 )
 # What upb raises for a value it cannot store (a lone surrogate in a string, say).
 _UNSTORABLE = (ValueError, TypeError, OverflowError)
@@ -106,21 +114,30 @@ def _mirror_pb(m: structs.MirrorRequest) -> pb.MirrorRequest:
         msg.production.option = m.production.option
         if m.production.propensity is not None:
             msg.production.propensity = m.production.propensity
+        msg.production.probabilities.extend(m.production.probabilities)
+        if m.production.defer_probability is not None:
+            msg.production.defer_probability = m.production.defer_probability
     s, state = m.state, msg.state
     for h in s.hardware:
-        state.hardware.add(
-            name=h.name,
-            accelerator_memory_gb=h.accelerator_memory_gb,
-            peak_dense_tflops=h.peak_dense_tflops,
-            memory_bandwidth_gbps=h.memory_bandwidth_gbps,
-            interconnect_gbps=h.interconnect_gbps,
-        )
+        added = state.hardware.add(name=h.name)
+        for name in CAPABILITIES:  # unknown (None) stays unset
+            value = getattr(h, name)
+            if value is not None:
+                setattr(added, name, value)
     for column in _STATE_COLUMNS:
         getattr(state, column).extend(getattr(s, column))
     w, workload = m.workload, msg.workload
     for name in _WORKLOAD_SCALARS:
         setattr(workload, name, getattr(w, name))
-    workload.kind = _KIND[w.kind]
+    # As service.wire.convert.workload_to_pb: the enum for a known kind, the name from
+    # schema 2 on or when the enum cannot say it (a schema-1 body is then refused).
+    known = _KIND.get(w.kind)
+    if known is not None:
+        workload.kind = known
+    if known is None or m.schema_version != V1_SCHEMA:
+        workload.kind_name = w.kind
+    if w.accelerator_share is not None:
+        workload.accelerator_share = w.accelerator_share
     if w.slo_seconds is not None:
         workload.slo_seconds = w.slo_seconds
     if w.work_units is not None:
@@ -133,4 +150,6 @@ def _mirror_pb(m: structs.MirrorRequest) -> pb.MirrorRequest:
     options.node_index.extend(o.node_index)
     options.accelerators.extend(o.accelerators)
     options.option_ids.extend(o.option_ids)
+    options.device_offsets.extend(o.device_offsets)
+    options.device_index.extend(o.device_index)
     return msg

@@ -25,13 +25,14 @@ class _Strict(BaseModel):
 
 
 class HardwareClassModel(_Strict):
-    """Capabilities of one accelerator of a class."""
+    """Capabilities of one accelerator of a class; a number omitted or null is unknown
+    (schema 2; schema 1 requires every number, docs/contract.md "Versioning")."""
 
     name: str
-    accelerator_memory_gb: float
-    peak_dense_tflops: float
-    memory_bandwidth_gbps: float
-    interconnect_gbps: float
+    accelerator_memory_gb: float | None = None
+    peak_dense_tflops: float | None = None
+    memory_bandwidth_gbps: float | None = None
+    interconnect_gbps: float | None = None
 
 
 class ClusterStateModel(_Strict):
@@ -40,8 +41,9 @@ class ClusterStateModel(_Strict):
     node_ids: list[str]
     hardware: list[HardwareClassModel]
     node_hardware: list[UInt32]
-    accelerators_free: list[Int32]
-    accelerators_total: list[Int32]
+    # May be left empty when devices are sent: then derived from them.
+    accelerators_free: list[Int32] = Field(default_factory=list)
+    accelerators_total: list[Int32] = Field(default_factory=list)
     cpu_free: list[Float32]
     cpu_total: list[Float32]
     memory_free_gb: list[Float32]
@@ -54,13 +56,19 @@ class ClusterStateModel(_Strict):
     locality: list[str]
     label_offsets: list[UInt32] = Field(default_factory=list)
     labels: list[str] = Field(default_factory=list)
+    device_offsets: list[Int64] = Field(default_factory=list)
+    device_hardware: list[UInt32] = Field(default_factory=list)
+    device_free_share: list[Float32] = Field(default_factory=list)
+    device_free_memory_gb: list[Float32] = Field(default_factory=list)
+    device_ids: list[str] = Field(default_factory=list)
 
 
 class WorkloadModel(_Strict):
     """The job to place."""
 
     workload_id: str
-    kind: Literal["train", "finetune", "infer", "batch"]
+    # Open vocabulary (schema 2): known train, finetune, infer, batch; bounded by the validator.
+    kind: str
     model_family: str
     model_size_b: float
     accelerators: Int32
@@ -75,6 +83,8 @@ class WorkloadModel(_Strict):
     allowed_hardware: list[str] = Field(default_factory=list)
     affinity: list[str] = Field(default_factory=list)
     anti_affinity: list[str] = Field(default_factory=list)
+    qos_class: str = ""
+    accelerator_share: float | None = None
 
 
 class PlacementOptionsModel(_Strict):
@@ -84,13 +94,18 @@ class PlacementOptionsModel(_Strict):
     node_index: list[Int32]
     accelerators: list[Int32]
     option_ids: list[str] = Field(default_factory=list)
+    device_offsets: list[Int64] = Field(default_factory=list)
+    device_index: list[Int32] = Field(default_factory=list)
 
 
 class ProductionDecisionModel(_Strict):
-    """Production's chosen option (-1 = defer) and its propensity."""
+    """Production's chosen option (-1 = defer), its propensity, and (schema 2) its whole
+    distribution: one probability per option (empty = not sent) and defer's."""
 
     option: Int32
     propensity: float | None = None
+    probabilities: list[float] = Field(default_factory=list)
+    defer_probability: float | None = None
 
 
 class MirrorRequestModel(_Strict):

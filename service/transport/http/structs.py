@@ -31,18 +31,18 @@ class _Strict(Struct, forbid_unknown_fields=True):
 
 class HardwareClass(_Strict):
     name: str
-    accelerator_memory_gb: float
-    peak_dense_tflops: float
-    memory_bandwidth_gbps: float
-    interconnect_gbps: float
+    accelerator_memory_gb: float | None = None
+    peak_dense_tflops: float | None = None
+    memory_bandwidth_gbps: float | None = None
+    interconnect_gbps: float | None = None
 
 
-class ClusterState(_Strict):
+class ClusterState(_Strict, kw_only=True):  # the node counts may be left empty
     node_ids: list[str]
     hardware: list[HardwareClass]
     node_hardware: list[UInt32]
-    accelerators_free: list[Int32]
-    accelerators_total: list[Int32]
+    accelerators_free: list[Int32] = []
+    accelerators_total: list[Int32] = []
     cpu_free: list[Float32]
     cpu_total: list[Float32]
     memory_free_gb: list[Float32]
@@ -55,11 +55,16 @@ class ClusterState(_Strict):
     locality: list[str]
     label_offsets: list[UInt32] = []
     labels: list[str] = []
+    device_offsets: list[Int64] = []
+    device_hardware: list[UInt32] = []
+    device_free_share: list[Float32] = []
+    device_free_memory_gb: list[Float32] = []
+    device_ids: list[str] = []
 
 
 class Workload(_Strict):
     workload_id: str
-    kind: Literal["train", "finetune", "infer", "batch"]
+    kind: str
     model_family: str
     model_size_b: float
     accelerators: Int32
@@ -74,6 +79,8 @@ class Workload(_Strict):
     allowed_hardware: list[str] = []
     affinity: list[str] = []
     anti_affinity: list[str] = []
+    qos_class: str = ""
+    accelerator_share: float | None = None
 
 
 class PlacementOptions(_Strict):
@@ -81,11 +88,15 @@ class PlacementOptions(_Strict):
     node_index: list[Int32]
     accelerators: list[Int32]
     option_ids: list[str] = []
+    device_offsets: list[Int64] = []
+    device_index: list[Int32] = []
 
 
 class ProductionDecision(_Strict):
     option: Int32
     propensity: float | None = None
+    probabilities: list[float] = []
+    defer_probability: float | None = None
 
 
 class MirrorRequest(_Strict):

@@ -50,7 +50,7 @@ class HardwareClass(_message.Message):
     def __init__(self, name: _Optional[str] = ..., accelerator_memory_gb: _Optional[float] = ..., peak_dense_tflops: _Optional[float] = ..., memory_bandwidth_gbps: _Optional[float] = ..., interconnect_gbps: _Optional[float] = ...) -> None: ...
 
 class ClusterState(_message.Message):
-    __slots__ = ("node_ids", "hardware", "node_hardware", "accelerators_free", "accelerators_total", "cpu_free", "cpu_total", "memory_free_gb", "memory_total_gb", "utilisation", "queue_length", "healthy", "draining", "zone", "locality", "label_offsets", "labels")
+    __slots__ = ("node_ids", "hardware", "node_hardware", "accelerators_free", "accelerators_total", "cpu_free", "cpu_total", "memory_free_gb", "memory_total_gb", "utilisation", "queue_length", "healthy", "draining", "zone", "locality", "label_offsets", "labels", "device_offsets", "device_hardware", "device_free_share", "device_free_memory_gb", "device_ids")
     NODE_IDS_FIELD_NUMBER: _ClassVar[int]
     HARDWARE_FIELD_NUMBER: _ClassVar[int]
     NODE_HARDWARE_FIELD_NUMBER: _ClassVar[int]
@@ -68,6 +68,11 @@ class ClusterState(_message.Message):
     LOCALITY_FIELD_NUMBER: _ClassVar[int]
     LABEL_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_HARDWARE_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FREE_SHARE_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FREE_MEMORY_GB_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_IDS_FIELD_NUMBER: _ClassVar[int]
     node_ids: _containers.RepeatedScalarFieldContainer[str]
     hardware: _containers.RepeatedCompositeFieldContainer[HardwareClass]
     node_hardware: _containers.RepeatedScalarFieldContainer[int]
@@ -85,10 +90,15 @@ class ClusterState(_message.Message):
     locality: _containers.RepeatedScalarFieldContainer[str]
     label_offsets: _containers.RepeatedScalarFieldContainer[int]
     labels: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, node_ids: _Optional[_Iterable[str]] = ..., hardware: _Optional[_Iterable[_Union[HardwareClass, _Mapping]]] = ..., node_hardware: _Optional[_Iterable[int]] = ..., accelerators_free: _Optional[_Iterable[int]] = ..., accelerators_total: _Optional[_Iterable[int]] = ..., cpu_free: _Optional[_Iterable[float]] = ..., cpu_total: _Optional[_Iterable[float]] = ..., memory_free_gb: _Optional[_Iterable[float]] = ..., memory_total_gb: _Optional[_Iterable[float]] = ..., utilisation: _Optional[_Iterable[float]] = ..., queue_length: _Optional[_Iterable[int]] = ..., healthy: _Optional[_Iterable[bool]] = ..., draining: _Optional[_Iterable[bool]] = ..., zone: _Optional[_Iterable[str]] = ..., locality: _Optional[_Iterable[str]] = ..., label_offsets: _Optional[_Iterable[int]] = ..., labels: _Optional[_Iterable[str]] = ...) -> None: ...
+    device_offsets: _containers.RepeatedScalarFieldContainer[int]
+    device_hardware: _containers.RepeatedScalarFieldContainer[int]
+    device_free_share: _containers.RepeatedScalarFieldContainer[float]
+    device_free_memory_gb: _containers.RepeatedScalarFieldContainer[float]
+    device_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, node_ids: _Optional[_Iterable[str]] = ..., hardware: _Optional[_Iterable[_Union[HardwareClass, _Mapping]]] = ..., node_hardware: _Optional[_Iterable[int]] = ..., accelerators_free: _Optional[_Iterable[int]] = ..., accelerators_total: _Optional[_Iterable[int]] = ..., cpu_free: _Optional[_Iterable[float]] = ..., cpu_total: _Optional[_Iterable[float]] = ..., memory_free_gb: _Optional[_Iterable[float]] = ..., memory_total_gb: _Optional[_Iterable[float]] = ..., utilisation: _Optional[_Iterable[float]] = ..., queue_length: _Optional[_Iterable[int]] = ..., healthy: _Optional[_Iterable[bool]] = ..., draining: _Optional[_Iterable[bool]] = ..., zone: _Optional[_Iterable[str]] = ..., locality: _Optional[_Iterable[str]] = ..., label_offsets: _Optional[_Iterable[int]] = ..., labels: _Optional[_Iterable[str]] = ..., device_offsets: _Optional[_Iterable[int]] = ..., device_hardware: _Optional[_Iterable[int]] = ..., device_free_share: _Optional[_Iterable[float]] = ..., device_free_memory_gb: _Optional[_Iterable[float]] = ..., device_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Workload(_message.Message):
-    __slots__ = ("workload_id", "kind", "model_family", "model_size_b", "accelerators", "accelerator_memory_gb", "cpu_per_node", "memory_per_node_gb", "gang_size", "priority", "tenant", "slo_seconds", "work_units", "allowed_hardware", "affinity", "anti_affinity")
+    __slots__ = ("workload_id", "kind", "model_family", "model_size_b", "accelerators", "accelerator_memory_gb", "cpu_per_node", "memory_per_node_gb", "gang_size", "priority", "tenant", "slo_seconds", "work_units", "allowed_hardware", "affinity", "anti_affinity", "kind_name", "qos_class", "accelerator_share")
     WORKLOAD_ID_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     MODEL_FAMILY_FIELD_NUMBER: _ClassVar[int]
@@ -105,6 +115,9 @@ class Workload(_message.Message):
     ALLOWED_HARDWARE_FIELD_NUMBER: _ClassVar[int]
     AFFINITY_FIELD_NUMBER: _ClassVar[int]
     ANTI_AFFINITY_FIELD_NUMBER: _ClassVar[int]
+    KIND_NAME_FIELD_NUMBER: _ClassVar[int]
+    QOS_CLASS_FIELD_NUMBER: _ClassVar[int]
+    ACCELERATOR_SHARE_FIELD_NUMBER: _ClassVar[int]
     workload_id: str
     kind: WorkloadKind
     model_family: str
@@ -121,27 +134,38 @@ class Workload(_message.Message):
     allowed_hardware: _containers.RepeatedScalarFieldContainer[str]
     affinity: _containers.RepeatedScalarFieldContainer[str]
     anti_affinity: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, workload_id: _Optional[str] = ..., kind: _Optional[_Union[WorkloadKind, str]] = ..., model_family: _Optional[str] = ..., model_size_b: _Optional[float] = ..., accelerators: _Optional[int] = ..., accelerator_memory_gb: _Optional[float] = ..., cpu_per_node: _Optional[float] = ..., memory_per_node_gb: _Optional[float] = ..., gang_size: _Optional[int] = ..., priority: _Optional[int] = ..., tenant: _Optional[str] = ..., slo_seconds: _Optional[float] = ..., work_units: _Optional[float] = ..., allowed_hardware: _Optional[_Iterable[str]] = ..., affinity: _Optional[_Iterable[str]] = ..., anti_affinity: _Optional[_Iterable[str]] = ...) -> None: ...
+    kind_name: str
+    qos_class: str
+    accelerator_share: float
+    def __init__(self, workload_id: _Optional[str] = ..., kind: _Optional[_Union[WorkloadKind, str]] = ..., model_family: _Optional[str] = ..., model_size_b: _Optional[float] = ..., accelerators: _Optional[int] = ..., accelerator_memory_gb: _Optional[float] = ..., cpu_per_node: _Optional[float] = ..., memory_per_node_gb: _Optional[float] = ..., gang_size: _Optional[int] = ..., priority: _Optional[int] = ..., tenant: _Optional[str] = ..., slo_seconds: _Optional[float] = ..., work_units: _Optional[float] = ..., allowed_hardware: _Optional[_Iterable[str]] = ..., affinity: _Optional[_Iterable[str]] = ..., anti_affinity: _Optional[_Iterable[str]] = ..., kind_name: _Optional[str] = ..., qos_class: _Optional[str] = ..., accelerator_share: _Optional[float] = ...) -> None: ...
 
 class PlacementOptions(_message.Message):
-    __slots__ = ("node_offsets", "node_index", "accelerators", "option_ids")
+    __slots__ = ("node_offsets", "node_index", "accelerators", "option_ids", "device_offsets", "device_index")
     NODE_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     NODE_INDEX_FIELD_NUMBER: _ClassVar[int]
     ACCELERATORS_FIELD_NUMBER: _ClassVar[int]
     OPTION_IDS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_INDEX_FIELD_NUMBER: _ClassVar[int]
     node_offsets: _containers.RepeatedScalarFieldContainer[int]
     node_index: _containers.RepeatedScalarFieldContainer[int]
     accelerators: _containers.RepeatedScalarFieldContainer[int]
     option_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, node_offsets: _Optional[_Iterable[int]] = ..., node_index: _Optional[_Iterable[int]] = ..., accelerators: _Optional[_Iterable[int]] = ..., option_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    device_offsets: _containers.RepeatedScalarFieldContainer[int]
+    device_index: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, node_offsets: _Optional[_Iterable[int]] = ..., node_index: _Optional[_Iterable[int]] = ..., accelerators: _Optional[_Iterable[int]] = ..., option_ids: _Optional[_Iterable[str]] = ..., device_offsets: _Optional[_Iterable[int]] = ..., device_index: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ProductionDecision(_message.Message):
-    __slots__ = ("option", "propensity")
+    __slots__ = ("option", "propensity", "probabilities", "defer_probability")
     OPTION_FIELD_NUMBER: _ClassVar[int]
     PROPENSITY_FIELD_NUMBER: _ClassVar[int]
+    PROBABILITIES_FIELD_NUMBER: _ClassVar[int]
+    DEFER_PROBABILITY_FIELD_NUMBER: _ClassVar[int]
     option: int
     propensity: float
-    def __init__(self, option: _Optional[int] = ..., propensity: _Optional[float] = ...) -> None: ...
+    probabilities: _containers.RepeatedScalarFieldContainer[float]
+    defer_probability: float
+    def __init__(self, option: _Optional[int] = ..., propensity: _Optional[float] = ..., probabilities: _Optional[_Iterable[float]] = ..., defer_probability: _Optional[float] = ...) -> None: ...
 
 class MirrorRequest(_message.Message):
     __slots__ = ("schema_version", "request_id", "request_time", "state", "workload", "options", "production", "quota_remaining")
