@@ -135,13 +135,17 @@ def log_episode(world: World, seed: int, episode: int, mirror_before: bool = Fal
         rids_of_job.setdefault(j, []).append(request.request_id)
         return request
 
+    # production's whole distribution travels with its decision (issue 22 item 8), as
+    # Decision Service logs carry it: the diagnostics check support exactly against it
     def on_forced(j: int) -> None:
-        record(j, ProductionDecision(DEFER, 1.0))
+        n_options = len(sim.options(j).mask)
+        record(j, ProductionDecision(DEFER, 1.0, (0.0,) * n_options, 1.0))
 
     def on_decision(s: Simulator, j: int, dist: Distribution, choice: int) -> None:
         probs, defer = dist
         propensity = defer if choice == DEFER else float(probs[choice])
-        request = record(j, ProductionDecision(choice, propensity))
+        whole = tuple(float(p) for p in probs)
+        request = record(j, ProductionDecision(choice, propensity, whole, float(defer)))
         feas = check_feasibility(request.state, request.workload, request.options)
         if not np.array_equal(feas.mask, s.options(j).mask):
             raise RuntimeError(

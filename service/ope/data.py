@@ -109,6 +109,18 @@ def _check_distribution(name: str, dist: NDArray[np.float64]) -> None:
         raise InvalidInput(name, f"rows must sum to 1, got {sums[t]} at round {t}")
 
 
+def _logging_array(value: object) -> NDArray[np.float64]:
+    """`logging_dist` as float64: finite, except whole rows of NaN (not known there)."""
+    arr = np.asarray(value)
+    if arr.ndim == 2 and np.issubdtype(arr.dtype, np.floating):
+        unknown = np.isnan(arr).all(axis=1)
+        if unknown.any():
+            out = _float_array("logging_dist", np.where(unknown[:, None], 0.0, arr), 2)
+            out[unknown] = np.nan
+            return out
+    return _float_array("logging_dist", arr, 2)
+
+
 @dataclass(frozen=True, eq=False)
 class BanditData:
     """Logged contextual-bandit rounds and one target policy's action distribution.
@@ -125,7 +137,10 @@ class BanditData:
         feasible: bool ``(n, A)`` or None, the per-decision feasible set; the
             target must put no probability outside it.
         logging_dist: float64 ``(n, A)`` or None, the logging policy's full
-            distribution; with it, support is checked for every action.
+            distribution; with it, support is checked for every action. A row
+            of NaN says it is not known at that round (a log where production
+            sent its distribution for some requests only): support there is
+            checked as without it (`logging_known`).
         unusable_pscore: rounds dropped before this data for a missing or
             invalid propensity (`screen_pscore`), reported in diagnostics.
     """
@@ -182,7 +197,7 @@ class BanditData:
             value = getattr(self, name)
             if value is None:
                 continue
-            arr = _float_array(name, value, 2)
+            arr = _logging_array(value) if name == "logging_dist" else _float_array(name, value, 2)
             if arr.shape != (n, a):
                 raise InvalidInput(
                     name, f"must have the shape of `action_dist` {(n, a)}, got {arr.shape}"
@@ -204,9 +219,13 @@ class BanditData:
                 )
             object.__setattr__(self, "feasible", feasible)
         if self.logging_dist is not None:
-            _check_distribution("logging_dist", self.logging_dist)
+            known = self.logging_known
+            # unknown rows stand in as uniform, so a bad row is named by its own round
+            _check_distribution(
+                "logging_dist", np.where(known[:, None], self.logging_dist, 1.0 / a)
+            )
             logged = self.logging_dist[np.arange(n), self.action]
-            off = np.abs(logged - self.pscore) > SUM_TOLERANCE
+            off = known & (np.abs(logged - self.pscore) > SUM_TOLERANCE)
             if off.any():
                 t = _at(off)
                 raise InvalidInput(
@@ -214,6 +233,15 @@ class BanditData:
                     f"must equal `logging_dist` at the logged action, got {self.pscore[t]} "
                     f"vs {logged[t]} at round {t}",
                 )
+
+    @property
+    def logging_known(self) -> NDArray[np.bool_]:
+        """bool ``(n,)``: rounds whose logging distribution is known (a row of
+        `logging_dist` that is not NaN); all False without `logging_dist`."""
+        if self.logging_dist is None:
+            return np.zeros(self.n, dtype=bool)
+        known: NDArray[np.bool_] = ~np.isnan(self.logging_dist).all(axis=1)
+        return known
 
     @property
     def n(self) -> int:
@@ -276,9 +304,22 @@ class BanditData:
             action_dist=np.concatenate([p.action_dist for p in parts]),
             estimated_rewards=_cat(models),
             feasible=_cat(feasible),
-            logging_dist=_cat(logging),
+            logging_dist=_cat_logging(logging, [p.n for p in parts], parts[0].n_actions),
             unusable_pscore=sum(p.unusable_pscore for p in parts),
         )
+
+
+def _cat_logging(
+    arrays: Sequence[NDArray[np.float64] | None], sizes: Sequence[int], a: int
+) -> NDArray[np.float64] | None:
+    """Concatenate logging distributions: None when no batch has one, NaN rows (not
+    known) for the batches without."""
+    if all(x is None for x in arrays):
+        return None
+    out: NDArray[np.float64] = np.concatenate(
+        [np.full((n, a), np.nan) if x is None else x for x, n in zip(arrays, sizes, strict=True)]
+    )
+    return out
 
 
 def _cat(arrays: Sequence[_A | None]) -> _A | None:

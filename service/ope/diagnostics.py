@@ -16,6 +16,14 @@ With importance weights ``w_t = pi(a_t|x_t) / mu(a_t|x_t)`` (``mu`` = logging):
                                                           propensity of 1 means
                                                           no other action is logged)
 
+  The first form is used at every round whose logging distribution is known
+  (production sent its whole distribution: ``ProductionDecision.probabilities``)
+  and the second elsewhere, round by round; `Diagnostics.support_rounds` says
+  how many were checked exactly. Where it is known, ``E_mu[w | x_t] =
+  sum_{a: mu(a|x_t) > 0} pi(a|x_t) = 1 - u_t`` exactly, so the test of the mean
+  weight compares ``mean(w)`` with ``mean_t (1 - u_t)``
+  (`Diagnostics.expected_mean_weight`) instead of 1 when every round is known.
+
   Feasibility enters through the per-decision feasible set: the target may
   not use an infeasible action (validated), so a decision with one feasible
   action is always supported, and "deterministic logging" is counted only
@@ -60,11 +68,15 @@ _DETERMINISTIC = 1.0 - 1e-12
 
 
 def unsupported_mass(data: BanditData) -> NDArray[np.float64]:
-    """``u_t``, the target's probability on actions never logged at round t, shape ``(n,)``."""
-    if data.logging_dist is not None:
-        out: NDArray[np.float64] = (data.action_dist * (data.logging_dist <= 0)).sum(axis=1)
-        return out
-    return np.where(data.pscore >= _DETERMINISTIC, 1.0 - data.target_pscore, 0.0)
+    """``u_t``, the target's probability on actions never logged at round t, shape ``(n,)``:
+    exact where the logging distribution is known, from the logged propensity elsewhere."""
+    estimate = np.where(data.pscore >= _DETERMINISTIC, 1.0 - data.target_pscore, 0.0)
+    if data.logging_dist is None:
+        return estimate
+    # NaN rows (not known) compare False: their exact term is replaced by the estimate
+    exact = (data.action_dist * (data.logging_dist <= 0)).sum(axis=1)
+    out: NDArray[np.float64] = np.where(data.logging_known, exact, estimate)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +95,8 @@ class DiagnosticSums:
     deterministic: int = 0
     logged_infeasible: int = 0
     unusable_pscore: int = 0
-    support_known: bool = True
+    support_rounds: int = 0
+    known_unsupported: float = 0.0
     tail_threshold: float = TAIL_THRESHOLD
     reward_min: float = math.inf
     reward_max: float = -math.inf
@@ -104,11 +117,13 @@ class DiagnosticSums:
             choice = np.ones(data.n, dtype=bool)
             infeasible = 0
         expected_w2, max_possible = 0.0, 0.0
-        if data.logging_dist is not None:
-            mu = data.logging_dist
+        known = data.logging_known
+        if known.any():
+            mu = data.logging_dist[known]  # type: ignore[index]  # known: not None
+            pi = data.action_dist[known]
             with np.errstate(divide="ignore", invalid="ignore"):
-                ratio = np.where(mu > 0, data.action_dist / mu, 0.0)
-            expected_w2 = float((ratio * data.action_dist).sum())
+                ratio = np.where(mu > 0, pi / mu, 0.0)
+            expected_w2 = float((ratio * pi).sum())
             max_possible = float(ratio.max())
         return DiagnosticSums(
             n=data.n,
@@ -123,7 +138,8 @@ class DiagnosticSums:
             deterministic=int((choice & (data.pscore >= _DETERMINISTIC)).sum()),
             logged_infeasible=infeasible,
             unusable_pscore=data.unusable_pscore,
-            support_known=data.logging_dist is not None,
+            support_rounds=int(known.sum()),
+            known_unsupported=float(u[known].sum()),
             tail_threshold=tail_threshold,
             reward_min=float(data.reward.min()),
             reward_max=float(data.reward.max()),
@@ -147,8 +163,8 @@ class DiagnosticSums:
             deterministic=self.deterministic + other.deterministic,
             logged_infeasible=self.logged_infeasible + other.logged_infeasible,
             unusable_pscore=self.unusable_pscore + other.unusable_pscore,
-            support_known=(self.support_known or self.n == 0)
-            and (other.support_known or other.n == 0),
+            support_rounds=self.support_rounds + other.support_rounds,
+            known_unsupported=self.known_unsupported + other.known_unsupported,
             tail_threshold=self.tail_threshold,
             reward_min=min(self.reward_min, other.reward_min),
             reward_max=max(self.reward_max, other.reward_max),
@@ -157,10 +173,18 @@ class DiagnosticSums:
             max_possible_w=max(self.max_possible_w, other.max_possible_w),
         )
 
+    @property
+    def support_known(self) -> bool:
+        """Whether support was checked exactly at every round (True with no rounds)."""
+        return self.support_rounds == self.n
+
     def finish(self) -> Diagnostics:
         """The `Diagnostics` these sums describe."""
         n = max(self.n, 1)
         ess = self.sum_w**2 / self.sum_w2 if self.sum_w2 > 0 else 0.0
+        # E[w] the sample mean should match: exact (1 - mean u) when every round's
+        # logging distribution is known, else 1 (the test as without it)
+        expected_w = 1.0 - self.unsupported / n if self.support_known and self.n else 1.0
         return Diagnostics(
             n=self.n,
             ess=ess,
@@ -176,16 +200,20 @@ class DiagnosticSums:
             if self.choice_rounds
             else 0.0,
             support_known=self.support_known,
+            support_rounds=self.support_rounds,
             logged_infeasible=self.logged_infeasible,
             unusable_pscore=self.unusable_pscore,
             reward_min=self.reward_min,
             reward_max=self.reward_max,
             khat=self.tail.khat(),
             khat_limit=khat_limit(self.n),
-            weight_mean_z=weight_mean_z(self.n, self.sum_w, self.sum_w2),
+            weight_mean_z=weight_mean_z(self.n, self.sum_w, self.sum_w2, expected_w),
             top_share=self.tail.top_share(),
             expected_w2=self.expected_w2 / n if self.support_known else math.nan,
             max_possible_weight=self.max_possible_w if self.support_known else math.nan,
+            expected_mean_weight=1.0 - self.known_unsupported / self.support_rounds
+            if self.support_rounds
+            else math.nan,
         )
 
 
@@ -269,7 +297,12 @@ def caveats(d: Diagnostics, basis: Basis, value: float, half_width: float) -> tu
                 f"[{d.reward_min:g}, {d.reward_max:g}]: the normal interval may under-cover; "
                 "for bounded rewards prefer a betting sequence"
             )
-        if not d.support_known:
+        if not d.support_known and d.support_rounds:
+            out.append(
+                f"support checked exactly on the {d.support_rounds} of {d.n} rounds whose "
+                "logging distribution is known; elsewhere only where the logged propensity is 1"
+            )
+        elif not d.support_known:
             out.append(
                 "support checked only where the logged propensity is 1 "
                 "(no full logging distribution given)"
@@ -300,6 +333,7 @@ def weight_caveats(d: Diagnostics) -> list[str]:
       directly); without it support and propensities cannot be told apart.
     """
     out: list[str] = []
+    expected = d.expected_mean_weight if d.support_known and d.n else 1.0
     if d.heavy_tail:
         text = (
             f"Pareto k-hat {d.khat:.2f} of the importance-weight tail is >= 0.5 (Vehtari et "
@@ -313,7 +347,10 @@ def weight_caveats(d: Diagnostics) -> list[str]:
                 f"part of the tail that decides the value was not seen in {d.n} rounds"
             )
         out.append(text)
-    off = abs(d.mean_weight - 1.0) > MEAN_WEIGHT_TOLERANCE or abs(d.weight_mean_z) > MEAN_WEIGHT_Z
+    off = (
+        abs(d.mean_weight - expected) > MEAN_WEIGHT_TOLERANCE
+        or abs(d.weight_mean_z) > MEAN_WEIGHT_Z
+    )
     if off and d.heavy_tail:
         text = (
             f"the mean importance weight is {d.mean_weight:.2f} (z {d.weight_mean_z:.1f} for "

@@ -161,8 +161,11 @@ class Diagnostics:
         deterministic_share: share of rounds with a real choice (two or more feasible
             actions, or all rounds when the feasible set is unknown) whose logged
             propensity is 1.
-        support_known: True when `logging_dist` was given (support checked at every
-            round); False: checked only where the logged propensity is 1.
+        support_known: True when the logging distribution is known at every round
+            (support checked exactly everywhere); False: at the other rounds it is
+            checked only where the logged propensity is 1.
+        support_rounds: rounds whose logging distribution is known (production
+            logged its whole distribution there), support checked exactly.
         logged_infeasible: logged actions outside the per-decision feasible set.
         unusable_pscore: rounds dropped before estimation because their propensity
             was missing or invalid (`service.ope.data.screen_pscore`).
@@ -171,7 +174,8 @@ class Diagnostics:
             fewer than 25 rounds or no weight exceeds the tail threshold.
         khat_limit: ``min(1 - 1/log10(n), 0.7)``, the k-hat above which ``n``
             rounds cannot be trusted (Vehtari et al. 2024).
-        weight_mean_z: ``(mean(w) - 1) / (sd(w) / sqrt(n))``, the test of E[w] = 1.
+        weight_mean_z: ``(mean(w) - E) / (sd(w) / sqrt(n))``, the test of E[w] = E: E is
+            `expected_mean_weight` when support is known at every round, else 1.
         top_share: share of ``sum w`` on the 1% of rounds with the largest weights.
         expected_w2: with `logging_dist`, the exact ``mean_t E[w^2 | x_t] =
             mean_t sum_a pi(a|x_t)^2 / mu(a|x_t)`` over supported actions (what
@@ -179,6 +183,9 @@ class Diagnostics:
         max_possible_weight: with `logging_dist`, the largest weight any action
             of these contexts could get, ``max_{t,a} pi(a|x_t) / mu(a|x_t)``
             (seen or not); NaN without it.
+        expected_mean_weight: over the rounds whose logging distribution is known,
+            the exact ``mean_t E_mu[w | x_t] = mean_t sum_{a: mu(a|x_t) > 0} pi(a|x_t)``
+            (``1 -`` their unsupported share); NaN when none is known.
     """
 
     n: int
@@ -203,6 +210,8 @@ class Diagnostics:
     top_share: float = 0.0
     expected_w2: float = math.nan
     max_possible_weight: float = math.nan
+    support_rounds: int = 0
+    expected_mean_weight: float = math.nan
 
     @property
     def mean_w2(self) -> float:

@@ -27,7 +27,9 @@ too narrow. The shape of the tail tells that story where the ESS cannot.
   unreliable at this sample size (the tail that decides it has not been
   seen).
 - **E[w] = 1** (`weight_mean_z`): with correct propensities and full support,
-  ``E[w] = 1`` for every target; ``z = (mean(w) - 1) / (sd(w) / sqrt(n))``.
+  ``E[w] = 1`` for every target; ``z = (mean(w) - 1) / (sd(w) / sqrt(n))``. With
+  production's whole distribution logged at every round the exact expectation
+  ``mean_t (1 - u_t)`` (the supported target mass) replaces 1.
   Its normal reference is only trustworthy when the tail is light (k-hat
   < 1/2): under a heavy tail a mean well below 1 with a large ``|z|`` is what
   an unseen tail looks like, not evidence of wrong propensities.
@@ -144,15 +146,21 @@ def pareto_khat(top_weights: NDArray[np.float64], n: int) -> NDArray[np.float64]
     return out
 
 
-def weight_mean_z(n: int, sum_w: float, sum_w2: float) -> float:
-    """``(mean(w) - 1) / (sd(w) / sqrt(n))``; NaN below two rounds or with no spread."""
+def weight_mean_z(n: int, sum_w: float, sum_w2: float, expected: float = 1.0) -> float:
+    """``(mean(w) - expected) / (sd(w) / sqrt(n))``; NaN below two rounds or with no spread.
+
+    `expected` is 1 (full support, right propensities) unless the logging
+    distribution is known at every round: then it is the exact
+    ``mean_t E_mu[w | x_t] = 1 - mean_t u_t`` (`service.ope.diagnostics`), and the
+    test speaks of the propensities alone.
+    """
     if n < 2:
         return math.nan
     mean = sum_w / n
     var = max(sum_w2 - n * mean * mean, 0.0) / (n - 1)
     if var <= 0:
-        return 0.0 if mean == 1.0 else math.copysign(math.inf, mean - 1.0)
-    return (mean - 1.0) / math.sqrt(var / n)
+        return 0.0 if mean == expected else math.copysign(math.inf, mean - expected)
+    return (mean - expected) / math.sqrt(var / n)
 
 
 @dataclass(frozen=True, eq=False)

@@ -10,6 +10,13 @@ log, then one column for DEFER, always the last (as in
   defer probability in the last column (a request with no feasible option is
   deferred with probability 1, by production and by every policy).
 
+- logging row: production's whole distribution when Runtime sent it
+  (``requests.production_probabilities_f64``, options then DEFER, in the same
+  columns), NaN where it did not (or where it disagrees with the logged
+  propensity or does not sum to 1, which validation refuses at ingest): the
+  diagnostics then check support exactly at those rounds and estimate it at
+  the others (``service.ope.diagnostics``).
+
 Rounds are left out, and counted, when the outcome field the reward reads was
 not observed, when production's decision or propensity is missing (assumed
 missing at random, reported as ``unusable_pscore``), or when the policy has no
@@ -135,6 +142,33 @@ def feasible_columns(policy: PolicyLog, n_options: NDArray[np.int64], a: int) ->
     return out
 
 
+def logging_rows(
+    log: OpeLog, action: NDArray[np.int64], pscore: NDArray[np.float64], a: int
+) -> NDArray[np.float64] | None:
+    """Production's distribution over (options..., DEFER) per round, NaN rows where it is
+    not known or not consistent with the logged action's propensity; None when no round
+    has one (the diagnostics then behave as without it)."""
+    if not any(x is not None for x in log.production_distribution):
+        return None
+    out = np.full((log.n, a), np.nan)
+    for i, dist in enumerate(log.production_distribution):
+        k = int(log.n_options[i])
+        if dist is None or len(dist) != k + 1:
+            continue
+        row = np.zeros(a)
+        row[:k] = dist[:k]
+        row[-1] = dist[k]
+        ok = (
+            np.isfinite(row).all()
+            and (row >= 0).all()
+            and abs(row.sum() - 1.0) <= SUM_TOLERANCE
+            and abs(row[action[i]] - pscore[i]) <= SUM_TOLERANCE
+        )
+        if ok:
+            out[i] = row
+    return out
+
+
 def policy_rounds(log: OpeLog, reward: Reward, policy: tuple[str, str]) -> PolicyRounds:
     """`BanditData` for `policy` on `log` with `reward` (module docstring for what is left out)."""
     logged = log.policies[policy]
@@ -157,6 +191,7 @@ def policy_rounds(log: OpeLog, reward: Reward, policy: tuple[str, str]) -> Polic
         float(logged.raw_favourite_infeasible[scored].mean()) if scored.any() else float("nan")
     )
     rows = np.flatnonzero(keep).astype(np.int64)
+    logging = logging_rows(log, action, pscore, width(log))
     data = (
         None
         if not len(rows)
@@ -166,6 +201,7 @@ def policy_rounds(log: OpeLog, reward: Reward, policy: tuple[str, str]) -> Polic
             pscore=pscore[rows],
             action_dist=target[rows],
             feasible=feasible[rows],
+            logging_dist=None if logging is None else logging[rows],
             unusable_pscore=dropped.no_production,
         )
     )

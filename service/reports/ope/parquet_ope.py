@@ -206,6 +206,7 @@ def _policy_data(
                 pscore=b.pscore[kept],
                 action_dist=u.target[u.keep],
                 feasible=u.feasible[u.keep],
+                logging_dist=None if b.logging is None else b.logging[kept],
                 estimated_rewards=np.repeat(q[:, None], u.target.shape[1], axis=1),
                 unusable_pscore=rounds.no_production if seen[key] == 0 else 0,
             )

@@ -20,6 +20,7 @@ from service.reports.ope.arrays import (
     USABLE_STATUSES,
     Reward,
     feasible_columns,
+    logging_rows,
 )
 from service.reports.ope.parquet_source import Rows, open_slice, rows_of, scan
 from service.storage.reads.ope import UNKNOWN_OPTION, OpeFilter, PolicyLog
@@ -105,6 +106,8 @@ class Batch:
     pscore: NDArray[np.float64]
     new_round: NDArray[np.bool_]
     by_policy: dict[tuple[str, str], Usable]
+    logging: NDArray[np.float64] | None = None
+    """Production's distribution per row at the slice's width (``arrays.logging_rows``)."""
 
 
 def batches(
@@ -132,4 +135,5 @@ def batches(
             )
             for k in keys
         }
-        yield Batch(rows, r, action, pscore, new_round, by_policy)
+        logging = logging_rows(rows.log, action, pscore, width)
+        yield Batch(rows, r, action, pscore, new_round, by_policy, logging)

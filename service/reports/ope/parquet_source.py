@@ -59,6 +59,7 @@ COLUMNS = (
     "probabilities",
     "defer_probability",
     "raw_favourite_infeasible",
+    "production_probabilities",
 )
 """What OPE reads from a slice."""
 
@@ -71,6 +72,9 @@ class ParquetSlice:
     schema_version: str
     empty: bool = False
     """An export that matched no rows: a manifest and no data files."""
+    production_distribution: bool = True
+    """Whether the files carry ``production_probabilities`` (slices exported before it
+    was added read as if no round had production's whole distribution)."""
 
     @property
     def glob(self) -> str:
@@ -97,7 +101,8 @@ def open_slice(root: Path) -> ParquetSlice:
         raise InvalidInput(
             "parquet", f"must have schema {SCHEMA_VERSION}, got {version or 'none'} in {first}"
         )
-    return ParquetSlice(root, version)
+    names = pq.read_schema(first).names
+    return ParquetSlice(root, version, production_distribution="production_probabilities" in names)
 
 
 def _manifest_schema(root: Path) -> str | None:
@@ -203,7 +208,10 @@ def scan(
     """
     if source.empty:
         return
-    sql, params = _query(where, ", ".join(COLUMNS))
+    columns = COLUMNS
+    if not source.production_distribution:
+        columns = (*COLUMNS[:-1], "NULL::DOUBLE[] AS production_probabilities")
+    sql, params = _query(where, ", ".join(columns))
     sql += " ORDER BY seq, policy, policy_version"
     with _connect(memory_limit) as con:
         reader = con.sql(sql, params={**params, "glob": source.glob}).to_arrow_reader(batch_rows)
@@ -259,6 +267,14 @@ def _strings(batch: pa.RecordBatch, name: str) -> NDArray[np.str_]:
     return np.array(batch.column(name).to_pylist(), dtype=np.str_)
 
 
+def _optional_lists(batch: pa.RecordBatch, name: str) -> list[NDArray[np.float64] | None]:
+    """A nullable list<float64> column as one array (or None) per row."""
+    return [
+        None if x is None else np.asarray(x, dtype=np.float64)
+        for x in batch.column(name).to_pylist()
+    ]
+
+
 def rows_of(batch: pa.RecordBatch) -> Rows:
     """Numpy columns of one scanned batch."""
     lists = batch.column("probabilities")
@@ -279,6 +295,7 @@ def rows_of(batch: pa.RecordBatch) -> Rows:
         completion_time_s=_floats(batch, "completion_time_s"),
         slo_met=_floats(batch, "slo_met"),
         failure=_strings(batch, "failure"),
+        production_distribution=_optional_lists(batch, "production_probabilities"),
     )
     return Rows(
         seq=np.asarray(batch.column("seq").to_numpy(), dtype=np.int64),
@@ -348,6 +365,7 @@ def _assemble(parts: list[Rows]) -> OpeLog:
             defer[at] = p.defer_probability[rows]
             raw[at] = p.raw_favourite_infeasible[rows]
         policies[(str(key[0]), str(key[1]))] = PolicyLog(status, probs, defer, raw)
+    distributions = [x for p in parts for x in p.log.production_distribution]
     return OpeLog(
         request_id=column("request_id"),
         received_at=column("received_at"),
@@ -363,6 +381,7 @@ def _assemble(parts: list[Rows]) -> OpeLog:
         slo_met=column("slo_met"),
         failure=column("failure"),
         policies=policies,
+        production_distribution=[distributions[j] for j in first.tolist()],
     )
 
 

@@ -81,6 +81,8 @@ def diagnostics_json(d: Diagnostics) -> dict[str, Any]:
         "unsupported_rounds": d.unsupported_rounds,
         "deterministic_share": _num(d.deterministic_share),
         "support_known": d.support_known,
+        "support_rounds": d.support_rounds,
+        "expected_mean_weight": _num(d.expected_mean_weight),
         "unusable_pscore": d.unusable_pscore,
         "reward_min": _num(d.reward_min),
         "reward_max": _num(d.reward_max),

@@ -11,8 +11,10 @@ The mapping, and the VW wiki page it follows, are in docs/export.md:
 ``_label_Action``           production's action, 1-based; DEFER is ``n_options + 1``
 ``_labelIndex``             the same, 0-based: its index in ``c._multi``
 ``a``                       every action, 1-based, the taken one first
-``p``                       ``[_label_probability]``: Runtime logs only the taken
-                            action's probability, not its whole distribution
+``p``                       production's probabilities of the actions of ``a``, in
+                            ``a``'s order, when Runtime sent its whole distribution
+                            (``production_probabilities``); else
+                            ``[_label_probability]``, the taken action's only
 ``o``                       ``[{"v": reward, "EventId": ...}]``, the outcome event
 ``EventId``, ``Timestamp``  request id, ``received_at`` (``...T..:..:..ffffffZ``)
 ``Version``                 ``"1"``
@@ -75,6 +77,15 @@ def _distribution(row: Mapping[str, Any], order: list[int]) -> list[float] | Non
     return [full[i] for i in order]
 
 
+def _production_p(row: Mapping[str, Any], order: list[int], p: float) -> list[float]:
+    """DSJSON ``p``: production's distribution over `order` when it was logged whole
+    (options then DEFER, one value per action), else only the taken action's `p`."""
+    full = row.get("production_probabilities")
+    if full is None or len(full) != int(row["n_options"]) + 1:
+        return [p]
+    return [float(full[i]) for i in order]
+
+
 def dsjson_line(rows: Sequence[Mapping[str, Any]], reward: float, column: int) -> dict[str, Any]:
     """The DSJSON event of one round (`rows`: its decision rows; `column`: production's)."""
     first = rows[0]
@@ -93,7 +104,7 @@ def dsjson_line(rows: Sequence[Mapping[str, Any]], reward: float, column: int) -
         "Version": "1",
         "EventId": first["request_id"],
         "a": [i + 1 for i in order],
-        "p": [p],
+        "p": _production_p(first, order, p),
         "c": {
             "Workload": {
                 "kind": first["workload_kind"],

@@ -62,6 +62,9 @@ SLICE_SCHEMA = pa.schema(
         ("production_option", pa.int32()),
         ("production_propensity", pa.float64()),
         ("production_source", pa.string()),
+        # production's whole distribution as Runtime sent it: the options, then DEFER;
+        # null when not sent (requests.production_probabilities_f64)
+        ("production_probabilities", pa.list_(pa.float64())),
         ("observed_at", _TS),
         ("queue_delay_s", pa.float64()),
         ("throughput", pa.float64()),
@@ -161,6 +164,7 @@ def slice_query(where: OpeFilter) -> tuple[Any, Any]:
             r.c.feature_version,
             r.c.feature_hash,
             d.c.policy_name,
+            r.c.production_probabilities_f64,
         )
         .select_from(joined_source())
         .where(*conditions)
@@ -203,6 +207,13 @@ def _probabilities(blobs: Sequence[bytes]) -> pa.ListArray:
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
 
 
+def _optional_probabilities(blobs: Sequence[bytes | None]) -> pa.ListArray:
+    """Nullable ``float64`` blobs as one list column (null where the blob is NULL)."""
+    lists = _probabilities([b or b"" for b in blobs])
+    mask = pa.array([b is None for b in blobs], type=pa.bool_())
+    return pa.ListArray.from_arrays(lists.offsets, lists.values, mask=mask)
+
+
 def _dates(micros: pa.Array) -> pa.Array:
     days = np.asarray(micros.to_numpy(zero_copy_only=False), dtype=np.int64) // 86_400_000_000
     return pa.array(days.astype("datetime64[D]").astype(str))
@@ -240,6 +251,7 @@ def _batch(rows: Sequence[Any], seq: _Sequencer, tags: SliceTags) -> pa.RecordBa
     arrays["scenario"] = pa.array([tags.scenario] * len(rows), type=pa.string())
     arrays["date"] = _dates(pa.array(columns[2], type=pa.int64()))
     arrays["policy"] = pa.array(columns[26], type=pa.string())
+    arrays["production_probabilities"] = _optional_probabilities(columns[27])
     return pa.RecordBatch.from_arrays([arrays[f.name] for f in SLICE_SCHEMA], schema=SLICE_SCHEMA)
 
 

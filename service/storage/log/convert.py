@@ -13,14 +13,24 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from service.contract import MirrorRequest, Outcome
+from service.contract import MirrorRequest, Outcome, ProductionDecision
+from service.contract.production import defer_of, effective_propensity
 from service.storage.log.payload import compress, snapshot_hash, split_state
 from service.storage.log.rows import OutcomeRow, RequestRow, SnapshotRow
 
 SCORES_DTYPE = np.dtype("<f4")
 """Layout of ``decisions.scores_f32``."""
 PROBABILITIES_DTYPE = np.dtype("<f8")
-"""Layout of ``decisions.probabilities_f64``."""
+"""Layout of ``decisions.probabilities_f64`` and ``requests.production_probabilities_f64``."""
+
+
+def pack_production_distribution(production: ProductionDecision | None) -> bytes | None:
+    """``requests.production_probabilities_f64``: production's probabilities over the
+    options, then its defer probability (absent = 0), float64 LE; None when not sent."""
+    if production is None or production.probabilities is None:
+        return None
+    values = [*production.probabilities, defer_of(production)]
+    return np.asarray(values, dtype=PROBABILITIES_DTYPE).tobytes()
 
 
 def rows_from(
@@ -82,7 +92,10 @@ def rows_from(
         feature_version=feature_version,
         feature_hash=feature_hash,
         production_option=production.option if production is not None else None,
-        production_propensity=production.propensity if production is not None else None,
+        # a decision sent with its whole distribution but no propensity logs the
+        # chosen action's probability in it (service.contract.production)
+        production_propensity=effective_propensity(production) if production is not None else None,
+        production_probabilities_f64=pack_production_distribution(production),
         feasibility_version=feasibility_version if feasibility_bits is not None else None,
         feasibility_bits=feasibility_bits,
         qos_class=workload.qos_class,
@@ -103,7 +116,7 @@ def outcome_row(outcome: Outcome, received_at: float, journal_seq: int | None = 
         slo_met=outcome.slo_met,
         failure=outcome.failure.value,
         production_option=production.option if production is not None else None,
-        production_propensity=production.propensity if production is not None else None,
+        production_propensity=effective_propensity(production) if production is not None else None,
         journal_seq=journal_seq,
     )
 
@@ -114,5 +127,6 @@ def unpack_scores(blob: bytes) -> NDArray[np.float32]:
 
 
 def unpack_probabilities(blob: bytes) -> NDArray[np.float64]:
-    """Decode ``decisions.probabilities_f64``."""
+    """Decode ``decisions.probabilities_f64`` (and ``requests.production_probabilities_f64``:
+    the options, then defer last)."""
     return np.frombuffer(blob, dtype=PROBABILITIES_DTYPE).astype(np.float64)

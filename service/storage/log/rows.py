@@ -89,6 +89,9 @@ class RequestRow:
     """Little-endian uint16 per option, bit i set when that version's signal i fired."""
     qos_class: str = ""
     """Runtime's QoS class (open vocabulary); '' when not given."""
+    production_probabilities_f64: bytes | None = None
+    """Production's whole distribution when Runtime sent it: float64 LE, one per
+    option, then defer (`service.storage.log.convert.pack_production_distribution`)."""
 
 
 @dataclass(frozen=True, slots=True)

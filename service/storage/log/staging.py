@@ -84,6 +84,7 @@ _REQUEST_COLS = (
     ("feasibility_version", "text"),
     ("feasibility_bits", "bytea"),
     ("qos_class", "text"),
+    ("production_probabilities_f64", "bytea"),
 )
 _DECISION_COLS = (
     ("request_id", "text"),

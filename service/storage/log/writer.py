@@ -66,14 +66,15 @@ _INSERT_REQUESTS = """
             workload_id, workload_kind, tenant, model_family, accelerators_requested,
             priority, n_options, n_nodes, snapshot_hash, state_offset, payload_zstd,
             feature_version, feature_hash, production_option, production_propensity,
-            production_source, feasibility_version, feasibility_bits, qos_class)
+            production_source, feasibility_version, feasibility_bits, qos_class,
+            production_probabilities_f64)
         SELECT request_id, to_timestamp(request_time), to_timestamp(received_at),
                journal_seq, schema_version, workload_id, workload_kind, tenant,
                model_family, accelerators_requested, priority, n_options, n_nodes,
                snapshot_hash, state_offset, payload_zstd, feature_version, feature_hash,
                production_option, production_propensity,
                CASE WHEN production_option IS NOT NULL THEN 'mirror' END,
-               feasibility_version, feasibility_bits, qos_class
+               feasibility_version, feasibility_bits, qos_class, production_probabilities_f64
           FROM stage_requests
         ON CONFLICT (request_id, request_time) DO NOTHING
         RETURNING request_id, request_time)

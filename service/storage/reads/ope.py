@@ -84,6 +84,9 @@ class OpeLog:
         slo_met: float64 ``(n,)`` in {0, 1}, NaN = not observed.
         failure: str ``(n,)``.
         policies: ``(name, version)`` -> `PolicyLog`.
+        production_distribution: per round, production's whole distribution as
+            it sent it (float64 ``(n_options + 1,)``, DEFER last) or None; empty
+            (no round has one) for logs built without it.
     """
 
     request_id: NDArray[np.str_]
@@ -100,11 +103,16 @@ class OpeLog:
     slo_met: NDArray[np.float64]
     failure: NDArray[np.str_]
     policies: dict[tuple[str, str], PolicyLog] = field(default_factory=dict)
+    production_distribution: list[NDArray[np.float64] | None] = field(default_factory=list)
 
     @property
     def n(self) -> int:
         """Rounds."""
         return len(self.request_id)
+
+    def production_distribution_at(self, i: int) -> NDArray[np.float64] | None:
+        """Round `i`'s production distribution (options, then DEFER), or None."""
+        return self.production_distribution[i] if self.production_distribution else None
 
 
 UNKNOWN_OPTION = -2
@@ -179,6 +187,7 @@ def read_ope_log(
             d.c.probabilities_f64,
             d.c.defer_probability,
             d.c.raw_favourite_infeasible,
+            r.c.production_probabilities_f64,
         )
         .select_from(_source())
         .where(*conditions)
@@ -192,8 +201,8 @@ def read_ope_log(
         result = conn.execution_options(stream_results=True, yield_per=batch_rows).execute(query)
         for chunk in result.partitions():
             for row in chunk:
-                rounds.setdefault(row[0], tuple(row[:13]))
-                decisions.setdefault((row[13], row[14]), {})[row[0]] = tuple(row[15:])
+                rounds.setdefault(row[0], (*row[:13], row[19]))
+                decisions.setdefault((row[13], row[14]), {})[row[0]] = tuple(row[15:19])
             read += len(chunk)
             if progress is not None:
                 progress(read, total)
@@ -242,4 +251,7 @@ def _columns(
         slo_met=floats(11),
         failure=strings(12),
         policies=policies,
+        production_distribution=[
+            None if row[13] is None else unpack_probabilities(row[13]) for row in rows
+        ],
     )
