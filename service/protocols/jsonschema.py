@@ -23,9 +23,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from service.contract.feasibility import SIGNALS
 from service.contract.outcome import FailureKind
-from service.contract.reward import REWARD_FIELDS
+from service.contract.reward import COST_SIGNALS, REWARD_FIELDS
 from service.contract.workload import WorkloadKind
 from service.protocols.fields import (
     DURATION_PATTERN,
@@ -169,7 +168,11 @@ def protocol_json_schema() -> Schema:
         "cost": _obj(
             "cost",
             {
-                "signal_weights": _weights([s.value for s in SIGNALS], "per constraint signal"),
+                "signal_weights": _weights(
+                    list(COST_SIGNALS),
+                    "per constraint signal; capacity = any of accelerator_count, "
+                    "accelerator_share, cpu, memory (weighed once)",
+                ),
                 "failure_weights": _weights([k.value for k in FailureKind], "per failure kind"),
             },
         ),

@@ -24,7 +24,7 @@ from google.protobuf.message import DecodeError
 from numpy.typing import NDArray
 
 from service.contract import DEFAULT_FEATURES, N_FEATURES, InvalidInput
-from service.contract.feasibility import SIGNALS, check_feasibility
+from service.contract.feasibility import check_feasibility
 from service.contract.reward import REWARD_FIELDS
 from service.evaluator.calibration_monitor import (
     MAX_WINDOW_ROWS,
@@ -193,7 +193,6 @@ def _rounds(watched: Watched, rows: Sequence[JoinedRound]) -> JoinedRounds:
     features = np.zeros((n, width - 1, N_FEATURES), dtype=np.float32)
     known_cost = np.zeros((n, width))
     infeasible = np.zeros(n, dtype=bool)
-    signal_weights = np.array([p.cost.signal_weights.get(s.value, 0.0) for s in SIGNALS])
     for i, r in enumerate(rows):
         if r.production_option is not None and r.production_propensity is not None:
             action[i] = defer if r.production_option < 0 else r.production_option
@@ -204,7 +203,7 @@ def _rounds(watched: Watched, rows: Sequence[JoinedRound]) -> JoinedRounds:
         f, mask, violations = decoded
         k = len(mask)
         features[i, :k] = f
-        known_cost[i, :k] = violations.astype(np.float64) @ signal_weights
+        known_cost[i, :k] = p.cost.signal_cost(violations)  # the capacity group weighed once
         infeasible[i] = action[i] < k and not mask[action[i]]
     columns: dict[str, NDArray[np.float64]] = {
         name: np.array([_float(getattr(r, name)) for r in rows]) for name in REWARD_FIELDS

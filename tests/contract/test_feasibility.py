@@ -75,7 +75,7 @@ def signals_of(workload: Workload, quota: float | None = None) -> list[set[Const
 @pytest.mark.parametrize(
     ("changes", "quota", "node", "signal"),
     [
-        ({"accelerators": 6}, None, 1, ConstraintSignal.CAPACITY),
+        ({"accelerators": 6}, None, 1, ConstraintSignal.ACCELERATOR_COUNT),
         ({"accelerator_memory_gb": 14.0}, None, 1, ConstraintSignal.ACCELERATOR_MEMORY),
         (
             {"allowed_hardware": frozenset({"K80"})},
@@ -88,7 +88,8 @@ def signals_of(workload: Workload, quota: float | None = None) -> list[set[Const
         ({"anti_affinity": frozenset({"old=yes"})}, None, 1, ConstraintSignal.ANTI_AFFINITY),
         ({}, 1.0, 0, ConstraintSignal.QUOTA),
         ({}, None, 3, ConstraintSignal.DRAIN),
-        ({"cpu_per_node": 20.0}, None, 1, ConstraintSignal.CAPACITY),
+        ({"cpu_per_node": 20.0}, None, 1, ConstraintSignal.CPU),
+        ({"memory_per_node_gb": 150.0}, None, 1, ConstraintSignal.MEMORY),
     ],
 )
 def test_signal_fires(
@@ -99,7 +100,7 @@ def test_signal_fires(
 
 def test_v100_a_is_feasible_and_every_signal_column_exists() -> None:
     assert signals_of(job())[0] == set()
-    assert len(SIGNALS) == 7
+    assert len(SIGNALS) == 10
 
 
 def test_gang_option_is_infeasible_if_any_member_is() -> None:

@@ -28,6 +28,7 @@ from service.contract import (
     KNOWN_HARDWARE,
     SIGNALS,
     ClusterState,
+    ConstraintSignal,
     HardwareClass,
     MirrorRequest,
     PlacementOptions,
@@ -65,6 +66,7 @@ from service.policies.predictor_features import (
 from service.policies.registry import Registry
 from service.policies.runner import PolicyRun, decide_all, policy_rng
 from service.policies.synthetic import random_requests
+from tests.feasibility_cases import random_cases
 
 FeasibilityItem = tuple[ClusterState, Workload, PlacementOptions, float | None]
 
@@ -89,7 +91,12 @@ def _hardware(rng: np.random.Generator, i: int) -> HardwareClass:
         return base
     numbers = rng.uniform(0.0, 2000.0, 4)
     numbers[rng.random(4) < 0.15] = 0.0
-    return HardwareClass(base.name if pick == 1 else f"future-{i}", *(float(x) for x in numbers))
+    # A stated 0 accelerator memory is a CPU pool (refused on nodes with accelerators):
+    # an unpublished memory is unknown instead.
+    memory, *rest = (float(x) for x in numbers)
+    return HardwareClass(
+        base.name if pick == 1 else f"future-{i}", memory if memory > 0 else None, *rest
+    )
 
 
 def _request(rng: np.random.Generator, i: int, max_nodes: int = 200) -> MirrorRequest:
@@ -100,11 +107,16 @@ def _request(rng: np.random.Generator, i: int, max_nodes: int = 200) -> MirrorRe
     total = rng.integers(0, 17, n)
     cpu_total = rng.uniform(0.5, 256.0, n).astype(np.float32)
     mem_total = rng.uniform(1.0, 2048.0, n).astype(np.float32)
+    node_hardware = rng.integers(0, n_hw, n)
+    free = rng.integers(0, total + 1)
+    # A CPU pool (stated accelerator memory 0) has no accelerators (validation refuses it).
+    cpu_pool = np.array([not h.has_accelerators for h in hardware])[node_hardware]
+    total, free = np.where(cpu_pool, 0, total), np.where(cpu_pool, 0, free)
     state = ClusterState(
         node_ids=tuple(f"n{i}-{k}" for k in range(n)),
         hardware=hardware,
-        node_hardware=frozen_array(rng.integers(0, n_hw, n), np.int32),
-        accelerators_free=frozen_array(rng.integers(0, total + 1), np.int32),
+        node_hardware=frozen_array(node_hardware, np.int32),
+        accelerators_free=frozen_array(free, np.int32),
         accelerators_total=frozen_array(total, np.int32),
         cpu_free=frozen_array(cpu_total * rng.random(n).astype(np.float32), np.float32),
         cpu_total=frozen_array(cpu_total, np.float32),
@@ -154,7 +166,7 @@ def _request(rng: np.random.Generator, i: int, max_nodes: int = 200) -> MirrorRe
         ProductionDecision(int(rng.integers(0, n_opt)), 0.5),
     ][int(rng.integers(0, 3))]
     quota = None if rng.random() < 0.5 else float(rng.integers(0, 20))
-    request = MirrorRequest(1, f"r{i}", 1.7e9 + i, state, workload, options, production, quota)
+    request = MirrorRequest(2, f"r{i}", 1.7e9 + i, state, workload, options, production, quota)
     validate_request(request)
     return request
 
@@ -202,9 +214,18 @@ def reference_outcome_rows(requests: Sequence[MirrorRequest]) -> NDArray[np.floa
     return np.concatenate([gavel, extra], axis=1)
 
 
-def test_the_pool_covers_what_the_batched_forms_must_handle(pool: list[MirrorRequest]) -> None:
+@pytest.fixture(scope="module")
+def device_cases() -> list[FeasibilityItem]:
+    """Contract-v2 cases: devices sent or derived, shares, named devices (feasibility only)."""
+    return random_cases(20261203, 400)
+
+
+def test_the_pool_covers_what_the_batched_forms_must_handle(
+    pool: list[MirrorRequest], device_cases: list[FeasibilityItem]
+) -> None:
     """Guard against a generator that stopped producing the hard cases."""
     checks = [check_feasibility(r.state, r.workload, r.options, r.quota_remaining) for r in pool]
+    checks += [check_feasibility(*case) for case in device_cases]
     violations = np.concatenate([c.violations for c in checks])
     fired = [bool(violations[:, k].any()) for k in range(len(SIGNALS))]
     assert all(fired), [s for s, hit in zip(SIGNALS, fired, strict=True) if not hit]
@@ -267,6 +288,21 @@ def test_feasibility_matches_the_per_request_check(pool: list[MirrorRequest]) ->
         )
 
 
+def test_feasibility_with_devices_matches_the_per_request_check(
+    pool: list[MirrorRequest], device_cases: list[FeasibilityItem]
+) -> None:
+    """Devices sent and derived, shares and named devices, mixed with version-1 requests."""
+    rng = np.random.default_rng(11)
+    v1 = [(r.state, r.workload, r.options, r.quota_remaining) for r in pool]
+    for size in (1, 2, 7, 16, 64):
+        for start in range(0, len(device_cases), size):
+            _assert_same_feasibility(device_cases[start : start + size])
+    for _ in range(30):
+        picks = rng.integers(0, len(device_cases) + len(v1), int(rng.integers(1, 80)))
+        both = [*device_cases, *v1]
+        _assert_same_feasibility([both[int(k)] for k in picks])
+
+
 def test_feasibility_compares_in_each_state_s_own_precision(pool: list[MirrorRequest]) -> None:
     """A need a hair above a float32 value equals it in float32: the option stays feasible."""
     base = pool[1]
@@ -284,13 +320,14 @@ def test_feasibility_compares_in_each_state_s_own_precision(pool: list[MirrorReq
         anti_affinity=frozenset(),
     )
     one = single_node_options(np.array([node], dtype=np.int32), 0)
-    assert not check_feasibility(base.state, tight, one).violations[0, 0]
+    cpu = SIGNALS.index(ConstraintSignal.CPU)
+    assert not check_feasibility(base.state, tight, one).violations[0, cpu]
     wide = dataclasses.replace(
         base.state,
         cpu_free=base.state.cpu_free.astype(np.float64),
         memory_free_gb=base.state.memory_free_gb.astype(np.float64),
     )
-    assert check_feasibility(wide, tight, one).violations[0, 0]
+    assert check_feasibility(wide, tight, one).violations[0, cpu]
     whole = dataclasses.replace(base.state, cpu_free=base.state.cpu_free.astype(np.int64))
     cases: list[list[FeasibilityItem]] = [
         [(base.state, tight, one, None)],
