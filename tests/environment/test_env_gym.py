@@ -10,6 +10,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from service.contract import DEFAULT_FEATURES, DEFER, SIGNALS, check_feasibility, validate_request
+from service.contract.feasibility import CAPACITY_GROUP
 from service.environment import ENV_ID, ClusterEnv, log_episode, scenario_names
 
 
@@ -93,13 +94,9 @@ def test_infeasible_choice_costs_and_does_not_place() -> None:
     _, _, _, _, info = env.step(a)
     np.testing.assert_array_equal(info["constraint_signals"], feas.violations[a])
     weights = env.world.scenario.cost.signal_weights
-    assert info["cost"] == pytest.approx(
-        sum(
-            weights.get(s.value, 0.0)
-            for s, hit in zip(SIGNALS, feas.violations[a], strict=True)
-            if hit
-        )
-    )
+    fired = {s for s, hit in zip(SIGNALS, feas.violations[a], strict=True) if hit}
+    group = weights.get("capacity", 0.0) if fired & set(CAPACITY_GROUP) else 0.0
+    assert info["cost"] == pytest.approx(sum(weights.get(s.value, 0.0) for s in fired) + group)
     assert info["cost"] > 0
     assert pending is not None and env.simulator.state.status[pending] == 1  # still waiting
     assert int((env.simulator.state.status == 2).sum()) <= running_before
