@@ -128,7 +128,7 @@ def replay(
     policy: str = typer.Option(..., "--policy", help="Policy whose decision to recompute."),
 ) -> None:
     """Recompute a logged decision from the stored raw request and compare."""
-    from service.cli.replay import replay_decision
+    from service.cli.replay import mask_table, replay_decision
     from service.contract.errors import NotFound
     from service.policies.registry import load_registry
     from service.storage import make_engine
@@ -156,6 +156,8 @@ def replay(
     table.add_row("max |score diff|", f"{result.max_score_diff:.2e}", "")
     table.add_row("max |probability diff|", f"{result.max_probability_diff:.2e}", "")
     console.print(table)
+    console.print(mask_table(result))
+    console.print(result.mask_verdict)
     console.print("[green]identical[/]" if result.matches else "[red]differs[/]")
     if not result.matches:
         raise typer.Exit(1)

@@ -64,6 +64,10 @@ class LoggedRequest:
     production_option: int | None
     production_propensity: float | None
     production_source: str | None
+    feasibility_version: str | None = None
+    """``requests.feasibility_version``; None before migration 0010 (read: `logged_mask`)."""
+    feasibility_bits: bytes | None = None
+    """``requests.feasibility_bits``: uint16 LE per option; None when not logged."""
 
 
 def _epoch(column: Any) -> Any:
@@ -99,6 +103,8 @@ def logged_request(engine: Engine, request_id: str) -> LoggedRequest:
             r.c.production_option,
             r.c.production_propensity,
             r.c.production_source,
+            r.c.feasibility_version,
+            r.c.feasibility_bits,
         )
         .where(r.c.request_id == request_id)
         .order_by(r.c.request_time.desc())
@@ -122,6 +128,8 @@ def logged_request(engine: Engine, request_id: str) -> LoggedRequest:
         production_option=row[10],
         production_propensity=row[11],
         production_source=row[12],
+        feasibility_version=row[13],
+        feasibility_bits=bytes(row[14]) if row[14] is not None else None,
     )
 
 
