@@ -9,7 +9,7 @@ key             shape                     content
                                           request, utilisation, draining, class
                                           log-TFLOP/s, memory/80 GB, link/900
                                           GB/s, healthy
-``workload``    ``(4,)``                  log2(1+GPUs), log1p(SLO s)/12,
+``workload``    ``(4,)``                  log2(1+GPUs) (share: the share), log1p(SLO s)/12,
                                           log1p(steps)/12, log1p(waiting jobs)
 ``options``     ``(K, N_FEATURES)``       the contract's feature rows, zero padded
 ``action_mask`` ``(K + 1,)`` int8         1 where feasible; the last is `DEFER`
@@ -224,13 +224,16 @@ class ClusterEnv(gym.Env[Obs, np.int64]):
             nodes[:, 0] = s.accelerators_free / np.maximum(s.accelerators_total, 1)
             nodes[:, 1] = s.utilisation
             nodes[:, 2] = s.draining
-            nodes[:, 3] = [np.log1p(h.peak_dense_tflops) / np.log1p(1000.0) for h in hw]
-            nodes[:, 4] = [h.accelerator_memory_gb / 80.0 for h in hw]
-            nodes[:, 5] = [h.interconnect_gbps / 900.0 for h in hw]
+            # an unknown capability (None, e.g. a partition's interconnect) reads 0 here
+            nodes[:, 3] = [np.log1p(h.peak_dense_tflops or 0.0) / np.log1p(1000.0) for h in hw]
+            nodes[:, 4] = [(h.accelerator_memory_gb or 0.0) / 80.0 for h in hw]
+            nodes[:, 5] = [(h.interconnect_gbps or 0.0) / 900.0 for h in hw]
             nodes[:, 6] = s.healthy
             waiting = int((sim.state.status == 1).sum())
             workload[:] = [
-                np.log2(1.0 + req.workload.accelerators),
+                np.log2(1.0 + req.workload.accelerators)
+                if not req.workload.is_share
+                else float(req.workload.accelerator_share or 0.0),
                 np.log1p(req.workload.slo_seconds or 0.0) / 12.0,
                 np.log1p(req.workload.work_units or 0.0) / 12.0,
                 np.log1p(waiting),

@@ -76,13 +76,17 @@ def request_id(sim: Simulator, prefix: str, j: int) -> str:
 def contract_request(
     sim: Simulator, j: int, prefix: str, production: ProductionDecision | None = None
 ) -> MirrorRequest:
-    """The `MirrorRequest` for pending job `j`.
+    """The `MirrorRequest` (schema version 2) for pending job `j`.
 
-    ``accelerators_free`` counts what *this* request could take per server:
-    idle GPUs, plus — for a single-GPU job when packing is on — GPUs held by
-    one single-GPU job it has a measured pair with. ``utilisation`` is busy
-    GPUs / GPUs. Host CPU and memory are not modelled as binding (free =
-    total); queue_length is 0 (the queue is global, not per server).
+    Devices (GPUs, or partition slices) in CSR form per server, each with
+    its class, the share of it *this* request could take
+    (`Simulator.device_free_share`: ``1 - used``, 0 where a share job may not
+    join the tenant) and its free memory. Node counts agree with them:
+    ``accelerators_total`` = devices, ``accelerators_free`` = wholly free
+    devices. A share job's options each name the device the server's
+    allocator would use. ``utilisation`` is busy devices / devices. Host CPU
+    and memory are not modelled as binding (free = total); queue_length is 0
+    (the queue is global, not per server).
     """
     w, opts = sim.world, sim.options(j)
     n = w.n_nodes
@@ -104,7 +108,13 @@ def contract_request(
         zone=("zone-a",) * n,
         locality=w.node_ids,
         labels=tuple(frozenset({f"class={w.classes[c].name}"}) for c in w.node_class),
+        device_offsets=_column(w.gpu_start, np.int64),
+        device_hardware=_column(w.device_class, np.int32),
+        device_free_share=_column(opts.device_free_share, np.float32),
+        device_free_memory_gb=_column(sim.device_free_memory_gb(), np.float32),
+        device_ids=w.device_ids,
     )
+    named = opts.device >= 0
     options = PlacementOptions(
         node_offsets=opts.offsets.copy(),
         node_index=opts.node.copy(),
@@ -114,6 +124,14 @@ def contract_request(
             if opts.spread[i]
             else w.node_ids[int(opts.node[opts.offsets[i]])]
             for i in range(opts.n)
+        ),
+        **(
+            {
+                "device_offsets": _column(np.concatenate([[0], np.cumsum(named)]), np.int64),
+                "device_index": _column(opts.device[named], np.int32),
+            }
+            if len(opts.device)
+            else {}
         ),
     )
     return MirrorRequest(

@@ -7,8 +7,9 @@ carries, so they stand in for (and can be swapped for) the baselines in
 - `ThroughputAware` knows Gavel's measurements (as Gavel's scheduler does)
   and picks the option with the highest expected steps/s: the consolidated or
   spread rate of the job's type on the option's class, times the mean pair
-  ratio when the placement would share a GPU (a server whose GPUs are all busy;
-  it cannot see with whom). Ties go to the fuller server, then the lower index.
+  ratio when the placement would share a GPU (a whole-GPU job never does now;
+  a share job does when the device its option names is partly taken; it
+  cannot see with whom). Ties go to the fuller server, then the lower index.
 - `LeastLoaded` picks the option whose servers have the lowest mean
   utilisation (feature ``utilisation``), ties split evenly.
 - `RandomFeasible` is uniform over feasible options.
@@ -51,10 +52,13 @@ class ThroughputAware:
         """Expected steps/s per option, shape ``(n_options,)``; 0 where nothing was measured."""
         w, s, o = request.workload, request.state, request.options
         out = np.zeros(o.n_options)
-        if w.model_family not in self.table.job_types or w.accelerators not in SCALE_FACTORS:
+        gpus = 1 if w.is_share else w.accelerators
+        if w.model_family not in self.table.job_types or gpus not in SCALE_FACTORS:
             return out
         t = self.table.type_index(w.model_family)
-        sf = SCALE_FACTORS.index(w.accelerators)
+        sf = SCALE_FACTORS.index(gpus)
+        if w.is_share:
+            return self._share_rate(request, t)
         idle = idle_from_state(s.accelerators_total, s.utilisation)
         for i in range(o.n_options):
             nodes = o.nodes_of(i)
@@ -66,6 +70,28 @@ class ThroughputAware:
             lo = int(o.node_offsets[i])
             shares = bool(np.any(idle[nodes] < o.accelerators[lo : lo + len(nodes)]))
             if shares and w.accelerators == 1:
+                rate *= self._pair_ratio[t, c]
+            out[i] = float(np.nan_to_num(rate))
+        return out
+
+    def _share_rate(self, request: MirrorRequest, t: int) -> NDArray[np.float64]:
+        """A share job: alone rate on the named device's class, times the mean pair
+        ratio when that device is partly taken (free share below 1)."""
+        s, o = request.state, request.options
+        out = np.zeros(o.n_options)
+        if not o.names_devices:
+            return out
+        for i in range(o.n_options):
+            lo, hi = int(o.device_offsets[i]), int(o.device_offsets[i + 1])
+            if hi == lo:
+                continue
+            d = int(o.device_index[lo])
+            name = s.hardware[int(s.device_hardware[d])].name
+            if name not in self.table.classes:
+                continue
+            c = self.table.class_index(name)
+            rate = self.table.isolated[t, 0, c, 1]
+            if s.device_free_share[d] < 1.0:
                 rate *= self._pair_ratio[t, c]
             out[i] = float(np.nan_to_num(rate))
         return out

@@ -3,9 +3,10 @@
 - `isolated_run`: one job alone on one server (or spread over two) completes,
   on average, in ``total_steps / measured throughput``; returns the ratio of
   simulated to measured run time, with its Monte Carlo error over runs.
-- `pair_run`: two single-GPU jobs sharing one GPU run at Gavel's pair
-  measurements while together and at their alone rates after; returns the
-  simulated and the closed-form completion times.
+- `pair_run`: two share jobs on one GPU run at the co-located rates (Gavel's
+  pair measurements, or the documented model where a pair is missing) while
+  together and at their alone rates after; returns the simulated and the
+  closed-form completion times.
 - `heterogeneity`: throughput-aware vs least-loaded placement, on-policy,
   paired by episode: the difference in mean completion time.
 """
@@ -25,7 +26,14 @@ from service.environment.truth import Estimate, on_policy, paired_difference
 from service.environment.world import EpisodeJobs, World
 
 
-def _jobs(world: World, types: list[str], gpus: list[int], steps: list[float]) -> EpisodeJobs:
+def _jobs(
+    world: World,
+    types: list[str],
+    gpus: list[int],
+    steps: list[float],
+    share: list[float] | None = None,
+) -> EpisodeJobs:
+    """Jobs arriving at 0; `share` > 0 makes a share job (no memory need)."""
     t = np.array([world.table.type_index(x) for x in types], dtype=np.int64)
     g = np.asarray(gpus, dtype=np.int64)
     s = np.asarray(steps, dtype=np.float64)
@@ -38,6 +46,7 @@ def _jobs(world: World, types: list[str], gpus: list[int], steps: list[float]) -
         slo_s=world.slo(t, g, s),
         background=np.zeros(len(t), dtype=bool),
         trace_row=np.full(len(t), -1, dtype=np.int64),
+        share=None if share is None else np.asarray(share, dtype=np.float64),
     )
 
 
@@ -101,26 +110,25 @@ class PairRun:
 
 
 def pair_run(world: World, job_type: str, other_type: str, steps: tuple[float, float]) -> PairRun:
-    """`job_type` runs alone on each GPU of one server but one, which it shares with `other_type`.
+    """Share jobs `job_type` then `other_type` (share 0.5 each) on one server, from time 0.
 
-    The server's other GPUs are filled first with copies of `job_type` (they
-    take idle GPUs), so the last job must share; it shares with a copy of
-    `job_type` (all copies are alike). Needs `world` with one server and
-    noise 0. Returns the completion of the shared copy and of `other_type`.
+    The allocator packs the second onto the first's GPU (a partly taken
+    device first), so they run together at the pair rates until one
+    finishes. Needs `world` with one server and noise 0. Returns the
+    completions of both, simulated and in closed form from
+    ``world.pair_rate`` (measured, or modelled where the table has no pair).
     """
-    g = int(world.node_gpus[0])
     hw = world.classes[0].name
-    types = [job_type] * g + [other_type]
-    jobs = _jobs(world, types, [1] * (g + 1), [steps[0]] * g + [steps[1]])
-    sim = Simulator(world, jobs, Randomness.draw((0,), g + 1, 0.0))
+    jobs = _jobs(world, [job_type, other_type], [1, 1], list(steps), share=[0.5, 0.5])
+    sim = Simulator(world, jobs, Randomness.draw((0,), 2, 0.0))
     run_production(sim)
-    shared = int(sim.state.gpus_of[g, 0])
-    host = next(j for j in range(g) if int(sim.state.gpus_of[j, 0]) == shared)
+    if int(sim.state.gpus_of[0, 0]) != int(sim.state.gpus_of[1, 0]):
+        raise RuntimeError(f"{job_type} and {other_type} did not share a GPU")
     t = world.table
     a, b = t.type_index(job_type), t.type_index(other_type)
-    c = t.class_index(hw)
-    pa, pb = t.pair[a, b, c], t.pair[b, a, c]
-    alone_a, alone_b = t.isolated[a, 0, c, 1], t.isolated[b, 0, c, 1]
+    c = 0
+    pa, pb = world.pair_rate[a, b, c], world.pair_rate[b, a, c]
+    alone_a, alone_b = world.cons_rate[a, 0, c], world.cons_rate[b, 0, c]
     both = min(steps[0] / pa, steps[1] / pb)  # until the first of the two finishes
     end_a = both + (steps[0] - pa * both) / alone_a
     end_b = both + (steps[1] - pb * both) / alone_b
@@ -128,7 +136,7 @@ def pair_run(world: World, job_type: str, other_type: str, steps: tuple[float, f
         job_type,
         other_type,
         hw,
-        simulated=(float(sim.state.finish[host]), float(sim.state.finish[g])),
+        simulated=(float(sim.state.finish[0]), float(sim.state.finish[1])),
         expected=(float(end_a), float(end_b)),
     )
 

@@ -46,6 +46,15 @@ _FAMILY_ASSUMPTIONS = {
 }
 
 
+def family_memory_gb(job_type: str) -> float:
+    """Device memory (GB) a job of `job_type` is assumed to need (`_FAMILY_ASSUMPTIONS`).
+
+    An assumption, not data: the traces say nothing about memory. The
+    simulator's share jobs ask for this much memory on their device.
+    """
+    return _FAMILY_ASSUMPTIONS.get(job_type.split(" (")[0], (0.05, 8.0))[1]
+
+
 def shared_data_dir() -> Path:
     """``$UNDERSTUDY_SHARED_DATA`` or ``<repo>/../shared/data``."""
     env = os.environ.get("UNDERSTUDY_SHARED_DATA")

@@ -11,8 +11,12 @@ Schema (all keys required unless marked optional)::
     name, summary, held_out: str
     trace: {vc: str, jobs_per_episode: int, arrival_time_scale: float,
             surge: bool (optional, default false)}
-    cluster: [{hardware: K80|P100|V100, count: int, machine: Alibaba gpu_type}]
-    packing: bool                 # single-GPU jobs may share a GPU (Gavel pairs)
+    cluster: [{hardware: K80|P100|V100, count: int, machine: Alibaba gpu_type,
+               partition: MIG profile (optional; see world.MIG_PROFILES)}]
+    packing: bool                 # share jobs may co-locate on one GPU (Gavel pairs)
+    sharing: {fraction: float, share: [lo, hi], infer_fraction: float}
+                                  # optional; single-GPU jobs drawn as share jobs
+                                  # (default: none, every job asks for whole GPUs)
     degrade: {class: factor}      # optional; throughput multiplier in (0, 1]
     background_fraction: float    # optional; GPUs busy with long jobs at t=0
     draining: [node index]        # optional; nodes cordoned from t=0
@@ -63,11 +67,46 @@ class ProductionConfig:
 
 @dataclass(frozen=True, slots=True)
 class NodeGroup:
-    """`count` servers of class `hardware`, shaped like Alibaba machine type `machine`."""
+    """`count` servers of class `hardware`, shaped like Alibaba machine type `machine`.
+
+    With `partition` (a MIG profile name, ``service.environment.world.MIG_PROFILES``)
+    each GPU is cut into that profile's slices, each a device of its own class
+    (``f"{hardware}-{partition}"``). Such a class was never measured by Gavel,
+    so no simulated job is allowed on it (the contract masks it); it is there
+    so that requests carry a partitioned node, as real fleets do.
+    """
 
     hardware: str
     count: int
     machine: str
+    partition: str = ""
+
+
+SHARE_RANGE_LIMITS = (1.0 / 3.0, 0.5)
+"""Share jobs ask for a share in ``(1/3, 1/2]``: any two fit on one device, three never do.
+
+Gavel measured pairs only, so a device may hold at most two jobs; with shares
+in this range that limit is what the shares themselves say (no hidden cap).
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class SharingConfig:
+    """Which jobs ask for a share of one GPU instead of whole GPUs (the sharing rule).
+
+    Each single-GPU trace job of an episode is a *share job* with probability
+    `fraction`: an inference server (kind ``infer``, probability
+    `infer_fraction`) or a small fine-tune (``finetune``), asking for a share
+    drawn uniformly from `share` (rounded to 0.01) and the device memory of
+    its model family (`service.environment.samples.family_memory_gb`, an
+    assumption: the trace has none). Multi-GPU jobs never share (Gavel
+    measured no multi-GPU pair). ``fraction = 0`` (the default): no share jobs,
+    every request asks for whole GPUs, and no extra random draw is made.
+    """
+
+    fraction: float = 0.0
+    share: tuple[float, float] = (0.35, 0.5)
+    infer_fraction: float = 0.75
 
 
 @dataclass(frozen=True)
@@ -87,6 +126,7 @@ class Scenario:
     cost: CostSpec
     surge: bool = False
     packing: bool = True
+    sharing: SharingConfig = field(default_factory=SharingConfig)
     degrade: Mapping[str, float] = field(default_factory=dict)
     background_fraction: float = 0.0
     draining: tuple[int, ...] = ()
@@ -114,6 +154,8 @@ class Scenario:
         if not self.nodes:
             raise InvalidInput("cluster", "must list at least one node group")
         for i, g in enumerate(self.nodes):
+            if g.partition:
+                continue  # a partitioned group: checked by _validate_partitions
             if g.hardware not in GAVEL_WORKER_TYPES or g.hardware not in KNOWN_HARDWARE:
                 raise InvalidInput(
                     f"cluster[{i}].hardware",
@@ -122,6 +164,8 @@ class Scenario:
                 )
             if g.count < 1:
                 raise InvalidInput(f"cluster[{i}].count", f"must be >= 1, got {g.count}")
+        _validate_partitions(self.nodes)
+        _validate_sharing(self.sharing)
         for cls, factor in self.degrade.items():
             if cls not in {g.hardware for g in self.nodes}:
                 raise InvalidInput(f"degrade.{cls}", "is not a class of this cluster")
@@ -150,6 +194,54 @@ class Scenario:
                 raise InvalidInput(f"production.{knob}", f"must be >= 0, got {value}")
 
 
+def _validate_partitions(nodes: tuple[NodeGroup, ...]) -> None:
+    """A partitioned group names a known class and a MIG profile of it."""
+    from service.environment.partitions import MIG_PROFILES  # data-free table, no cycle
+
+    for i, g in enumerate(nodes):
+        if not g.partition:
+            continue
+        if g.hardware not in KNOWN_HARDWARE:
+            raise InvalidInput(f"cluster[{i}].hardware", f"is not a known class: {g.hardware!r}")
+        if (g.hardware, g.partition) not in MIG_PROFILES:
+            known = ", ".join(f"{h} {p}" for h, p in MIG_PROFILES)
+            raise InvalidInput(
+                f"cluster[{i}].partition", f"must be one of ({known}), got {g.partition!r}"
+            )
+
+
+def _validate_sharing(sharing: SharingConfig) -> None:
+    if not 0 <= sharing.fraction <= 1:
+        raise InvalidInput("sharing.fraction", f"must be in [0, 1], got {sharing.fraction}")
+    if not 0 <= sharing.infer_fraction <= 1:
+        raise InvalidInput(
+            "sharing.infer_fraction", f"must be in [0, 1], got {sharing.infer_fraction}"
+        )
+    lo, hi = sharing.share
+    if not (SHARE_RANGE_LIMITS[0] < lo <= hi <= SHARE_RANGE_LIMITS[1]):
+        raise InvalidInput("sharing.share", f"must satisfy 1/3 < lo <= hi <= 1/2, got [{lo}, {hi}]")
+
+
+def _sharing_from(doc: Any) -> SharingConfig:
+    if doc is None:
+        return SharingConfig()
+    if not isinstance(doc, Mapping):
+        raise InvalidInput("sharing", "must be a mapping")
+    unknown = set(doc) - {"fraction", "share", "infer_fraction"}
+    if unknown:
+        raise InvalidInput(f"sharing.{sorted(unknown)[0]}", "is not a sharing key")
+    share = doc.get("share", SharingConfig().share)
+    try:
+        lo, hi = (float(x) for x in share)
+        return SharingConfig(
+            fraction=float(doc.get("fraction", 0.0)),
+            share=(lo, hi),
+            infer_fraction=float(doc.get("infer_fraction", SharingConfig().infer_fraction)),
+        )
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput("sharing", f"is not a valid sharing config: {exc}") from exc
+
+
 def _positive(name: str, value: float) -> None:
     if not (math.isfinite(value) and value > 0):
         raise InvalidInput(name, f"must be finite and > 0, got {value}")
@@ -164,7 +256,7 @@ def _require(doc: Mapping[str, Any], key: str, where: str) -> Any:
 def scenario_from_dict(doc: Mapping[str, Any]) -> Scenario:
     """Build and validate a `Scenario` from a parsed YAML document."""
     known = {
-        "name", "summary", "held_out", "trace", "cluster", "packing", "degrade",
+        "name", "summary", "held_out", "trace", "cluster", "packing", "sharing", "degrade",
         "background_fraction", "draining", "slo_factor", "noise_sigma", "production",
         "reward", "cost",
     }  # fmt: skip
@@ -190,10 +282,13 @@ def scenario_from_dict(doc: Mapping[str, Any]) -> Scenario:
         arrival_time_scale=float(_require(trace, "arrival_time_scale", "trace.")),
         surge=bool(trace.get("surge", False)),
         nodes=tuple(
-            NodeGroup(str(g["hardware"]), int(g["count"]), str(g["machine"]))
+            NodeGroup(
+                str(g["hardware"]), int(g["count"]), str(g["machine"]), str(g.get("partition", ""))
+            )
             for g in _require(doc, "cluster", "")
         ),
         packing=bool(doc.get("packing", True)),
+        sharing=_sharing_from(doc.get("sharing")),
         degrade=MappingProxyType({str(k): float(v) for k, v in (doc.get("degrade") or {}).items()}),
         background_fraction=float(doc.get("background_fraction", 0.0)),
         draining=tuple(int(i) for i in doc.get("draining") or ()),

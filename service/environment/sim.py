@@ -10,9 +10,12 @@ multiplier ``s_j`` (drawn when it starts) and the class's degradation:
 
 - alone on one server: Gavel's consolidated measurement for (type, GPUs, c);
 - spread over servers: Gavel's unconsolidated measurement;
-- sharing one GPU with job ``i`` (single-GPU jobs only): Gavel's pair
-  measurement of ``j`` next to ``i``; when ``i`` leaves, ``j`` returns to its
-  alone rate. Pairs measured as 0 never share.
+- sharing one GPU with job ``i`` (share jobs only: a share of one GPU, see
+  `SharingConfig`): Gavel's pair measurement of ``j`` next to ``i``, or the
+  documented model where the pair is missing (`colocation`); when ``i``
+  leaves, ``j`` returns to its alone rate. Pairs measured as 0 never share.
+  Whole-GPU jobs take wholly free GPUs only (contract v2: a whole-device
+  request gets whole devices).
 
 Randomness is keyed, not sequential, so forks share it (common random
 numbers): a world ``w`` fixes each job's speed and each (job, attempt)'s
@@ -29,6 +32,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.contract import DEFER
+from service.environment import sharing
 from service.environment.data import SCALE_FACTORS
 from service.environment.sim_state import (
     DONE,
@@ -77,12 +81,16 @@ class Simulator:
             attempts=np.zeros(n, dtype=np.int64),
             requests=np.zeros(n, dtype=np.int64),
             idle=world.node_gpus.copy(),
+            used_share=np.zeros(g),
+            used_memory_gb=np.zeros(g),
             infeasible_at=np.full(n, -1, dtype=np.int64),
             next_arrival=jobs.n_background,
             completions=0,
             queue=[],
         )
         self._sf = np.searchsorted(SCALE_FACTORS, jobs.gpus)
+        assert jobs.share is not None and jobs.memory_gb is not None
+        self._share, self._memory = jobs.share, jobs.memory_gb
         self._current: tuple[int, Options] | None = None
         self._place_background()
 
@@ -91,6 +99,7 @@ class Simulator:
         """A copy at the same instant; with `randomness`, jobs not yet started use that world."""
         other = object.__new__(Simulator)
         other.world, other.jobs, other._sf = self.world, self.jobs, self._sf
+        other._share, other._memory = self._share, self._memory
         other.randomness = randomness or self.randomness
         other.state = self.state.copy()
         other._current = self._current
@@ -121,7 +130,13 @@ class Simulator:
         s.status[j], s.start[j], s.cls_of[j], s.spread[j] = RUNNING, s.time, c, spread
         s.gpus_of[j, : len(gpus)] = gpus
         s.rate[j] = self._alone_rate(j, c, spread)
+        share = float(self._share[j])
         for g in gpus:
+            if share > 0:
+                s.used_share[g] += share
+                s.used_memory_gb[g] += float(self._memory[j])
+            else:
+                s.used_share[g] = 1.0
             if s.occ[g, 0] < 0:
                 s.occ[g, 0] = j
                 s.idle[self.world.gpu_node[g]] -= 1
@@ -143,6 +158,11 @@ class Simulator:
                     s.idle[self.world.gpu_node[g]] += 1
             elif s.occ[g, 1] == j:
                 s.occ[g, 1] = -1
+            if s.occ[g, 0] < 0:  # empty: exactly free again (no float residue)
+                s.used_share[g] = s.used_memory_gb[g] = 0.0
+            else:
+                s.used_share[g] -= float(self._share[j])
+                s.used_memory_gb[g] -= float(self._memory[j])
         other = int(s.partner[j])
         if other >= 0:
             s.partner[j] = s.partner[other] = -1
@@ -157,35 +177,25 @@ class Simulator:
         out: NDArray[np.int64] = self.world.node_gpus - self.state.idle
         return out
 
-    def _shareable(self, j: int) -> NDArray[np.int64]:
-        """Per GPU, 1 when single-GPU job `j` could share it.
+    def device_free_share(self, j: int) -> NDArray[np.float64]:
+        """Per device, the share of it request `j` could take (`sharing.device_free_share`)."""
+        return sharing.device_free_share(self.world, self.jobs, self.state, j)
 
-        Sharable: exactly one tenant, itself single-GPU, and a positive pair
-        measurement both ways on the GPU's class.
-        """
-        s, w = self.state, self.world
-        if not w.scenario.packing or self.jobs.gpus[j] != 1:
-            return np.zeros(len(s.occ), dtype=np.int64)
-        tenant = s.occ[:, 0]
-        cand = (tenant >= 0) & (s.occ[:, 1] < 0)
-        safe = np.where(cand, tenant, 0)
-        t_type = self.jobs.type_idx[safe]
-        cls = w.node_class[w.gpu_node]
-        mine = self.jobs.type_idx[j]
-        with np.errstate(invalid="ignore"):  # NaN (unmeasured) compares False: never shares
-            ok = (w.pair_rate[mine, t_type, cls] > 0) & (w.pair_rate[t_type, mine, cls] > 0)
-        out: NDArray[np.int64] = (cand & (self.jobs.gpus[safe] == 1) & ok).astype(np.int64)
-        return out
+    def device_free_memory_gb(self) -> NDArray[np.float64]:
+        """Per device, free memory (`sharing.device_free_memory_gb`)."""
+        return sharing.device_free_memory_gb(self.world, self.state)
 
     def options(self, j: int) -> Options:
         """Options for job `j` now: one per server big enough, plus a spread gang per class."""
         if self._current is not None and self._current[0] == j:
             return self._current[1]
+        if self._share[j] > 0:
+            opts = sharing.share_options(self.world, self.jobs, self.state, j, self._pair_rate)
+            self._current = (j, opts)
+            return opts
         w, k = self.world, int(self.jobs.gpus[j])
         idle = self.state.idle
         free = idle.copy()
-        if k == 1 and w.scenario.packing and (idle < w.node_gpus).any():
-            free += np.add.reduceat(self._shareable(j), w.gpu_start[:-1])
         nodes = w.nodes_fitting[k]
         allowed = w.allowed[self.jobs.type_idx[j], self._sf[j]]
         gangs = [g for c in range(w.n_classes) if (g := self._gang(j, c, k))] if k >= 2 else []
@@ -208,7 +218,10 @@ class Simulator:
             bad = np.add.reduceat(entry_bad.astype(np.int64), offsets[:-1])
             mask = (bad == 0) & allowed[cls]
             spread = np.concatenate([np.zeros(len(nodes), bool), np.ones(len(gangs), bool)])
-        opts = Options(offsets, node, take, cls, spread, free, mask)
+        no_device = np.zeros(0, dtype=np.int64)
+        opts = Options(
+            offsets, node, take, cls, spread, free, mask, no_device, self.device_free_share(j)
+        )
         self._current = (j, opts)
         return opts
 
@@ -254,19 +267,15 @@ class Simulator:
         s.speed[j] = self.randomness.speed[j]
         lo, hi = int(opts.offsets[option]), int(opts.offsets[option + 1])
         c, spread = int(opts.cls[option]), bool(opts.spread[option])
+        if self._share[j] > 0:  # the device the option names (the allocator's pick)
+            self._start(j, [int(opts.device[lo])], c, spread)
+            return True
         gpus: list[int] = []
-        shareable = self._shareable(j) if self.jobs.gpus[j] == 1 else None
         for e in range(lo, hi):
             n, t = int(opts.node[e]), int(opts.take[e])
             span = np.arange(int(self.world.gpu_start[n]), int(self.world.gpu_start[n + 1]))
             idle = span[s.occ[span, 0] < 0]
-            if len(idle) >= t:
-                gpus += [int(g) for g in idle[:t]]
-            else:  # single-GPU job sharing: the GPU whose tenant lets it run fastest
-                assert shareable is not None
-                cand = span[shareable[span] == 1]
-                best = max(cand, key=lambda g: self._pair_rate(j, int(s.occ[g, 0]), c))
-                gpus.append(int(best))
+            gpus += [int(g) for g in idle[:t]]
         self._start(j, gpus, c, spread)
         return True
 
@@ -338,13 +347,13 @@ class Simulator:
         """Job `j`'s finish time if nothing can change its rate any more, else None.
 
         A running job's rate changes only when a job shares its GPU or leaves
-        it, which needs a single-GPU job and packing; otherwise its finish is
+        it, which needs a share job; a whole-GPU job's finish is
         ``now + remaining / rate`` and a fork need not roll further.
         """
         s = self.state
         if s.status[j] == DONE:
             return float(s.finish[j])
-        if s.status[j] != RUNNING or (self.world.scenario.packing and self.jobs.gpus[j] == 1):
+        if s.status[j] != RUNNING or self._share[j] > 0:
             return None
         return float(s.time + s.remaining[j] / s.rate[j])
 

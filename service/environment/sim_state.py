@@ -52,9 +52,13 @@ class Options:
         take: int32 ``(n_entries,)`` GPUs taken on that node.
         cls: int64 ``(n_options,)`` class of each option.
         spread: bool ``(n_options,)`` True for a multi-server gang.
-        free: int64 ``(n_nodes,)`` GPUs this request could take per node (idle,
-            plus GPUs it could share when it is single-GPU).
+        free: int64 ``(n_nodes,)`` wholly free GPUs (devices) per node.
         mask: bool ``(n_options,)`` feasibility (equals the contract's, tested).
+        device: int64 ``(n_entries,)``: for a share job, the device (global GPU
+            index) the entry would use, -1 where the node has none it could use;
+            empty for whole-GPU jobs (their options name no device).
+        device_free_share: float64 ``(n_devices,)``: the share of each device
+            this request could take (see `Simulator.device_free_share`).
     """
 
     offsets: NDArray[np.int64]
@@ -64,6 +68,8 @@ class Options:
     spread: NDArray[np.bool_]
     free: NDArray[np.int64]
     mask: NDArray[np.bool_]
+    device: NDArray[np.int64]
+    device_free_share: NDArray[np.float64]
 
     @property
     def n(self) -> int:
@@ -73,7 +79,13 @@ class Options:
 
 @dataclass(eq=False)
 class SimState:
-    """Everything that changes; `copy` is a fork's cost (a dozen small arrays)."""
+    """Everything that changes; `copy` is a fork's cost (a dozen small arrays).
+
+    Per device (GPU or partition slice): ``occ`` its (at most two) jobs,
+    ``used_share`` the share of its compute they hold (1 for a whole-GPU job)
+    and ``used_memory_gb`` the memory share jobs hold (a whole-GPU job holds
+    it all; a device with no job is reset to exactly 0).
+    """
 
     time: float
     status: NDArray[np.int8]
@@ -90,6 +102,8 @@ class SimState:
     attempts: NDArray[np.int64]
     requests: NDArray[np.int64]
     idle: NDArray[np.int64]
+    used_share: NDArray[np.float64]
+    used_memory_gb: NDArray[np.float64]
     infeasible_at: NDArray[np.int64]
     next_arrival: int
     completions: int
@@ -113,6 +127,8 @@ class SimState:
             attempts=self.attempts.copy(),
             requests=self.requests.copy(),
             idle=self.idle.copy(),
+            used_share=self.used_share.copy(),
+            used_memory_gb=self.used_memory_gb.copy(),
             infeasible_at=self.infeasible_at.copy(),
             next_arrival=self.next_arrival,
             completions=self.completions,

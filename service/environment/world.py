@@ -13,6 +13,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.contract import KNOWN_HARDWARE, HardwareClass, Workload, WorkloadKind
+from service.environment.colocation import colocated_rates, median_colocation_ratio
 from service.environment.data import (
     SCALE_FACTORS,
     ThroughputTable,
@@ -22,9 +23,14 @@ from service.environment.data import (
     machine_shape,
     philly_surge_factor,
 )
-from service.environment.scenario import Scenario
+from service.environment.partitions import MIG_PROFILES, partition_class
+from service.environment.samples import family_memory_gb
+from service.environment.scenario import NodeGroup, Scenario
 
 MAX_GPUS_PER_JOB = max(SCALE_FACTORS)
+_Shares = (
+    tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.bool_]] | tuple[None, None, None]
+)
 EPOCH_S = 1_504_483_200.0
 """Unix time of episode time 0 (2017-09-04, the start of the Philly trace), for `request_time`."""
 
@@ -45,6 +51,11 @@ class EpisodeJobs:
         slo_s: deadline from arrival, seconds.
         background: True for background jobs.
         trace_row: row of the job in the (filtered) trace, for provenance.
+        share: share of one GPU a *share job* asks for, 0 for a whole-GPU job
+            (the scenario's `SharingConfig`; default all 0).
+        memory_gb: device memory a share job needs (0 for whole-GPU jobs).
+        infer: True for a share job that is an inference server, False for a
+            small fine-tune (meaningless for whole-GPU jobs).
     """
 
     type_idx: NDArray[np.int64]
@@ -55,6 +66,25 @@ class EpisodeJobs:
     slo_s: NDArray[np.float64]
     background: NDArray[np.bool_]
     trace_row: NDArray[np.int64]
+    share: NDArray[np.float64] | None = None
+    memory_gb: NDArray[np.float64] | None = None
+    infer: NDArray[np.bool_] | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.type_idx)
+        if self.share is None:  # no share jobs: every job asks for whole GPUs
+            object.__setattr__(self, "share", np.zeros(n))
+        if self.memory_gb is None:
+            object.__setattr__(self, "memory_gb", np.zeros(n))
+        if self.infer is None:
+            object.__setattr__(self, "infer", np.zeros(n, dtype=bool))
+
+    @property
+    def shares(self) -> NDArray[np.bool_]:
+        """True for share jobs (a share of one GPU), shape ``(n_jobs,)``."""
+        assert self.share is not None
+        out: NDArray[np.bool_] = self.share > 0
+        return out
 
     @property
     def n(self) -> int:
@@ -77,25 +107,37 @@ class World:
         gpu_start: int64 ``(n_nodes + 1,)``: node i owns GPUs ``gpu_start[i]:gpu_start[i+1]``.
         cons_rate, spread_rate: ``(n_types, len(SCALE_FACTORS), n_classes)`` steps/s,
             NaN = not measured, 0 = cannot run; degradation applied.
-        pair_rate: ``(n_types, n_types, n_classes)`` single-GPU shared rates.
+        pair_rate: ``(n_types, n_types, n_classes)`` rate of the row type sharing a GPU
+            with the column type: Gavel's pair where measured, else the documented
+            model (`service.environment.colocation`); degradation applied.
+        pair_measured: same shape, True where the pair was measured.
+        device_class, device_memory_gb: per device (GPU or partition slice).
         allowed: ``(n_types, len(SCALE_FACTORS), n_classes)`` bool, consolidated rate > 0.
         time_scale: multiplier on trace inter-arrival gaps (surge applied).
         noise_sigma: log-sd of a job's speed multiplier.
     """
 
-    def __init__(self, scenario: Scenario, data_root: str | None = None) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        data_root: str | None = None,
+        table: ThroughputTable | None = None,
+    ) -> None:
+        """Bind `scenario` to the data; `table` replaces Gavel's (tests knock pairs out)."""
         scenario.validate()
         self.scenario = scenario
-        self.table: ThroughputTable = load_throughputs(data_root)
+        self.table: ThroughputTable = table or load_throughputs(data_root)
         self.trace_full: Trace = load_trace(scenario.trace_vc, data_root)
-        names = tuple(dict.fromkeys(g.hardware for g in scenario.nodes))
-        self.classes: tuple[HardwareClass, ...] = tuple(KNOWN_HARDWARE[n] for n in names)
+        names = tuple(dict.fromkeys(_class_name(g) for g in scenario.nodes))
+        by_name = {_class_name(g): _class_of(g) for g in scenario.nodes}
+        self.classes: tuple[HardwareClass, ...] = tuple(by_name[n] for n in names)
         node_class, node_gpus, cpu, mem = [], [], [], []
         for g in scenario.nodes:
             shape = machine_shape(g.machine, data_root)
+            per_gpu = MIG_PROFILES[(g.hardware, g.partition)].per_gpu if g.partition else 1
             for _ in range(g.count):
-                node_class.append(names.index(g.hardware))
-                node_gpus.append(shape.gpus)
+                node_class.append(names.index(_class_name(g)))
+                node_gpus.append(shape.gpus * per_gpu)
                 cpu.append(shape.cpu_cores)
                 mem.append(shape.memory_gb)
         self.node_class = np.asarray(node_class, dtype=np.int64)
@@ -115,13 +157,33 @@ class World:
         self.node_ids = tuple(
             f"{self.classes[c].name.lower()}-{i}" for i, c in enumerate(node_class)
         )
+        self.device_ids = tuple(
+            f"{self.node_ids[n]}/gpu{g - self.gpu_start[n]}" for g, n in enumerate(self.gpu_node)
+        )
 
-        cols = self._class_cols = [self.table.class_index(n) for n in names]
+        measured = [n in self.table.classes for n in names]
+        cols = self._class_cols = [
+            self.table.class_index(n) if m else 0 for n, m in zip(names, measured, strict=True)
+        ]
+        unmeasured = ~np.asarray(measured, dtype=bool)  # partitions: no rate at all (NaN)
         degrade = np.array([scenario.degrade.get(n, 1.0) for n in names])
-        self.measured_cons = self.table.isolated[:, :, cols, 1]
+        self.measured_cons = _nan_where(self.table.isolated[:, :, cols, 1], unmeasured)
         self.cons_rate = self.measured_cons * degrade
-        self.spread_rate = self.table.isolated[:, :, cols, 0] * degrade
-        self.pair_rate = self.table.pair[:, :, cols] * degrade
+        self.spread_rate = _nan_where(self.table.isolated[:, :, cols, 0], unmeasured) * degrade
+        self.colocation_ratio = median_colocation_ratio(
+            self.table.pair, self.table.isolated[:, 0, :, 1]
+        )
+        pair, self.pair_measured = colocated_rates(
+            _nan_where(self.table.pair[:, :, cols], unmeasured),
+            self.measured_cons[:, 0],
+            self.colocation_ratio,
+        )
+        self.pair_rate = pair * degrade
+        self.device_class = self.node_class[self.gpu_node]
+        self.device_memory_gb = np.array(
+            [np.nan if c.accelerator_memory_gb is None else c.accelerator_memory_gb
+             for c in self.classes]
+        )[self.device_class]  # fmt: skip
         self.allowed = np.nan_to_num(self.cons_rate) > 0
         surge = philly_surge_factor(root=data_root) if scenario.surge else 1.0
         self.surge_factor = surge
@@ -194,6 +256,7 @@ class World:
         all_types = np.concatenate([bg_types, types])
         all_gpus = np.concatenate([np.ones(n_bg, dtype=np.int64), gpus])
         all_steps = np.concatenate([bg_steps, steps])
+        share, memory, infer = self._draw_shares(rng, all_types, all_gpus, n_bg)
         return EpisodeJobs(
             type_idx=all_types,
             gpus=all_gpus,
@@ -203,7 +266,37 @@ class World:
             slo_s=self.slo(all_types, all_gpus, all_steps),
             background=np.concatenate([np.ones(n_bg, dtype=bool), np.zeros(n, dtype=bool)]),
             trace_row=np.concatenate([bg_rows, rows]).astype(np.int64),
+            share=share,
+            memory_gb=memory,
+            infer=infer,
         )
+
+    def _draw_shares(
+        self,
+        rng: np.random.Generator,
+        types: NDArray[np.int64],
+        gpus: NDArray[np.int64],
+        n_bg: int,
+    ) -> _Shares:
+        """The sharing rule (`SharingConfig`): which single-GPU jobs ask for a share.
+
+        Drawn after every other draw of the episode and only when sharing is
+        on, so scenarios without sharing get exactly the episodes they had.
+        Background jobs hold whole GPUs.
+        """
+        cfg = self.scenario.sharing
+        if cfg.fraction <= 0:
+            return None, None, None
+        n = len(types)
+        pick = (rng.random(n) < cfg.fraction) & (gpus == 1)
+        pick[:n_bg] = False
+        lo, hi = cfg.share
+        share = np.where(pick, np.round(rng.uniform(lo, hi, n), 2), 0.0)
+        share = np.where(pick, np.clip(share, np.nextafter(1 / 3, 1), 0.5), 0.0)
+        infer = pick & (rng.random(n) < cfg.infer_fraction)
+        family = [family_memory_gb(self.table.job_types[int(t)]) for t in types]
+        memory = np.where(pick, np.asarray(family, dtype=np.float64), 0.0)
+        return share, memory, infer
 
     def _background_count(self) -> int:
         return int(sum(self.background_per_node()))
@@ -245,13 +338,19 @@ class World:
             for c in range(self.n_classes)
             if self.allowed[jobs.type_idx[j], sf, c]
         )
+        assert jobs.share is not None and jobs.memory_gb is not None and jobs.infer is not None
+        share = float(jobs.share[j])
+        kind = WorkloadKind.TRAIN
+        if share > 0:
+            kind = WorkloadKind.INFER if jobs.infer[j] else WorkloadKind.FINETUNE
         return Workload(
             workload_id=workload_id,
-            kind=WorkloadKind.TRAIN,
+            kind=kind,
             model_family=self.table.job_types[int(jobs.type_idx[j])],
             model_size_b=0.0,
-            accelerators=k,
-            accelerator_memory_gb=0.0,
+            accelerators=0 if share > 0 else k,
+            accelerator_memory_gb=float(jobs.memory_gb[j]),
+            accelerator_share=share if share > 0 else None,
             cpu_per_node=0.0,
             memory_per_node_gb=0.0,
             gang_size=1,
@@ -261,3 +360,21 @@ class World:
             work_units=float(jobs.steps[j]),
             allowed_hardware=allowed,
         )
+
+
+def _class_name(group: NodeGroup) -> str:
+    """The class of a group's devices: the hardware, or its partition class."""
+    return f"{group.hardware}-{group.partition}" if group.partition else group.hardware
+
+
+def _class_of(group: NodeGroup) -> HardwareClass:
+    if group.partition:
+        return partition_class(group.hardware, group.partition)
+    return KNOWN_HARDWARE[group.hardware]
+
+
+def _nan_where(values: NDArray[np.float64], unmeasured: NDArray[np.bool_]) -> NDArray[np.float64]:
+    """A copy of `values` (classes on the last axis) with the unmeasured classes' columns NaN."""
+    out = np.array(values, dtype=np.float64)
+    out[..., unmeasured] = np.nan
+    return out

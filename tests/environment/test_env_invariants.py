@@ -20,7 +20,19 @@ def _check(sim: Simulator) -> None:
     for g in np.flatnonzero(s.occ[:, 1] >= 0):
         a, b = int(s.occ[g, 0]), int(s.occ[g, 1])
         assert jobs.gpus[a] == jobs.gpus[b] == 1
+        assert jobs.shares[a] and jobs.shares[b]  # only share jobs co-locate
         assert s.partner[a] == b and s.partner[b] == a
+    assert jobs.share is not None and jobs.memory_gb is not None
+    for g in range(len(s.occ)):  # a device's books: its tenants' shares and memory
+        tenants = [int(t) for t in s.occ[g] if t >= 0]
+        whole = [t for t in tenants if not jobs.shares[t]]
+        share = 1.0 if whole else sum(float(jobs.share[t]) for t in tenants)
+        memory = 0.0 if whole else sum(float(jobs.memory_gb[t]) for t in tenants)
+        assert s.used_share[g] == np.float64(share) or abs(s.used_share[g] - share) < 1e-12
+        if not whole:
+            assert abs(s.used_memory_gb[g] - memory) < 1e-9
+        assert s.used_share[g] <= 1.0 + 1e-12
+    assert (sim.device_free_memory_gb()[np.isfinite(w.device_memory_gb)] >= -1e-9).all()
     for j in np.flatnonzero(s.status == RUNNING):
         gpus = s.gpus_of[j][s.gpus_of[j] >= 0]
         assert len(gpus) == jobs.gpus[j]

@@ -1,0 +1,105 @@
+"""Share jobs on devices: what share and memory each device has free, and a share job's options.
+
+The sharing rule (`service.environment.scenario.SharingConfig`): a share job
+asks for a share in (1/3, 1/2] of one GPU and its device memory, so a device
+holds at most two jobs (Gavel measured pairs, never triples). A whole-GPU job
+holds its devices whole (share 1, all memory). Two share jobs on one device
+run at the co-located rates (`service.environment.colocation`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from service.environment.sim_state import Options, SimState
+from service.environment.world import EpisodeJobs, World
+
+PairRate = Callable[[int, int, int], float]
+"""(job, its co-tenant, class) -> the job's steps/s sharing a GPU (the simulator's)."""
+
+
+def device_free_share(w: World, jobs: EpisodeJobs, s: SimState, j: int) -> NDArray[np.float64]:
+    """Per device, the share of it request `j` could take, shape ``(n_devices,)``.
+
+    ``1 - used share``, except 0 where share job `j` may not join the
+    device's tenant: Gavel measured the pair as unable to run together
+    (0.0) either way, or packing is off. What *this* request could take,
+    as the contract view has always been (a whole-GPU job sees
+    ``1 - used share``: 1 on a free device, less on a shared one).
+    """
+    free = np.clip(1.0 - s.used_share, 0.0, 1.0)
+    assert jobs.share is not None
+    if jobs.share[j] <= 0:
+        return free
+    tenant = s.occ[:, 0]
+    occupied = tenant >= 0
+    if not w.scenario.packing:
+        return np.where(occupied, 0.0, free)
+    safe = np.where(occupied, tenant, 0)
+    t_type, mine = jobs.type_idx[safe], jobs.type_idx[j]
+    cls = w.device_class
+    refused = occupied & (
+        (w.pair_rate[mine, t_type, cls] == 0) | (w.pair_rate[t_type, mine, cls] == 0)
+    )
+    out: NDArray[np.float64] = np.where(refused, 0.0, free)
+    return out
+
+
+def device_free_memory_gb(w: World, s: SimState) -> NDArray[np.float64]:
+    """Per device, free memory: class memory less what share jobs hold; 0 when whole-taken."""
+    out: NDArray[np.float64] = np.where(
+        s.used_share >= 1.0, 0.0, w.device_memory_gb - s.used_memory_gb
+    )
+    return out
+
+
+def share_options(w: World, jobs: EpisodeJobs, s: SimState, j: int, pair_rate: PairRate) -> Options:
+    """One option per server for share job `j`, each naming the device it would use.
+
+    The server's allocator (Runtime's, not the policy's) picks the device:
+    among those with enough free share and memory on an allowed class,
+    a partly taken one first (bin-packing keeps whole GPUs for whole-GPU
+    jobs), the one whose tenant lets `j` run fastest; else the first wholly
+    free one. A server with no such device names none (its option is
+    infeasible: the contract finds no device with the share and memory).
+    """
+    assert jobs.share is not None and jobs.memory_gb is not None
+    share, need = float(jobs.share[j]), float(jobs.memory_gb[j])
+    free_share = device_free_share(w, jobs, s, j)
+    free_memory = device_free_memory_gb(w, s).astype(np.float32)
+    allowed = w.allowed[jobs.type_idx[j], 0]
+    usable = (
+        (free_share.astype(np.float32) >= share)
+        & (free_memory >= np.float32(need))
+        & allowed[w.device_class]
+    )
+    nodes = w.nodes_fitting[1]
+    device = np.full(len(nodes), -1, dtype=np.int64)
+    for e, n in enumerate(nodes):
+        lo, hi = int(w.gpu_start[n]), int(w.gpu_start[n + 1])
+        cand = np.flatnonzero(usable[lo:hi]) + lo
+        if not len(cand):
+            continue
+        shared = cand[s.occ[cand, 0] >= 0]
+        if len(shared):
+            c = int(w.node_class[n])
+            rates = [pair_rate(j, int(s.occ[g, 0]), c) for g in shared]
+            device[e] = int(shared[int(np.argmax(rates))])
+        else:
+            device[e] = int(cand[0])
+    cls = w.node_class[nodes]
+    mask = (device >= 0) & ~w.node_draining[nodes] & allowed[cls]
+    return Options(
+        offsets=np.arange(len(nodes) + 1, dtype=np.int64),
+        node=nodes.astype(np.int32),
+        take=np.zeros(len(nodes), dtype=np.int32),
+        cls=cls,
+        spread=np.zeros(len(nodes), dtype=bool),
+        free=s.idle.copy(),
+        mask=mask,
+        device=device,
+        device_free_share=free_share,
+    )
