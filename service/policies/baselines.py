@@ -13,8 +13,10 @@ production-mirror      1 on the option Runtime chose, 0 elsewhere; none
 random-feasible        none (NaN); uniform over feasible options
 first-fit              minus its position in Runtime's list
 best-fit               minus the accelerators left free on its nodes after
-                       placing (tightest packing); a node the option
-                       overfills counts 10^6 + the shortfall
+                       placing (tightest packing); for a share job, minus
+                       the free share left on the tightest device it fits
+                       on; a node the option overfills counts 10^6 + the
+                       shortfall
 least-loaded           minus mean utilisation minus 0.1 x log1p(max queue)
 throughput-greedy      a predictor's median throughput (q50)
 =====================  =====================================================
@@ -31,7 +33,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from service.contract import DEFER, FEATURE_NAMES
+from service.contract import DEFER, FEATURE_NAMES, MirrorRequest
+from service.contract.devices import node_devices
 from service.policies.base import DecisionStatus, Policy, PolicyDecisions, ScoringBatch
 from service.policies.predictor import Predictor
 from service.policies.probabilities import ProbabilityRule, RuleKind, decide_from_scores
@@ -83,16 +86,54 @@ class FirstFit(_Baseline):
         return (-(rows - batch.offsets[:-1][batch.request_of_row])).astype(np.float32)
 
 
+def _whole_left(request: MirrorRequest) -> NDArray[np.float64]:
+    """Per entry: wholly free devices of its node left after taking its accelerators.
+
+    Node counts as sent (``accelerators_free``) unless the sender gave devices,
+    then the node's wholly free devices (free share 1).
+    """
+    o, s = request.options, request.state
+    if s.has_devices:
+        devices = node_devices(s)
+        free = np.bincount(devices.node, weights=devices.free_share >= 1.0, minlength=s.n_nodes)
+    else:
+        free = s.accelerators_free.astype(np.float64)
+    left: NDArray[np.float64] = free[o.node_index] - o.accelerators
+    return left
+
+
+def _share_left(request: MirrorRequest) -> NDArray[np.float64]:
+    """Per entry: the smallest free share any device of its node keeps after the job's share.
+
+    Best fit on the device (the tightest device the share fits on); negative,
+    the shortfall on the roomiest device, when none fits. A node without
+    devices falls short by the whole share.
+    """
+    o, s, w = request.options, request.state, request.workload
+    share = float(w.accelerator_share or 0.0)
+    devices = node_devices(s)
+    left = devices.free_share.astype(np.float64) - share
+    nodes = np.asarray(o.node_index, dtype=np.int64)
+    tightest = np.full(s.n_nodes, np.inf)
+    np.minimum.at(tightest, devices.node, np.where(left >= 0, left, np.inf))
+    roomiest = np.full(s.n_nodes, -share)
+    np.maximum.at(roomiest, devices.node, left)
+    entry: NDArray[np.float64] = np.where(
+        np.isfinite(tightest[nodes]), tightest[nodes], roomiest[nodes]
+    )
+    return entry
+
+
 class BestFit(_Baseline):
-    """Tightest packing: fewest accelerators left free on the chosen nodes."""
+    """Tightest packing: fewest accelerators (or, for a share job, least device share) left."""
 
     name = "best-fit"
 
     def score(self, batch: ScoringBatch) -> NDArray[np.float32]:
         parts = []
         for request in batch.requests:
-            o, s = request.options, request.state
-            left = s.accelerators_free[o.node_index].astype(np.float64) - o.accelerators
+            o = request.options
+            left = _share_left(request) if request.workload.is_share else _whole_left(request)
             # A node the option overfills ranks below every option that fits.
             left = np.where(left < 0, _OVERFILL - left, left)
             parts.append(-np.bincount(o.entry_option, weights=left, minlength=o.n_options))
