@@ -15,41 +15,9 @@ from sqlalchemy import text
 from typer.testing import CliRunner
 
 from service.cli.main import app
-from service.contract import DEFAULT_FEATURES, MirrorRequest, check_feasibility
-from service.pipeline.feasibility_log import logged_feasibility
-from service.pipeline.scorer_types import LoggedRequest, ScoredBatch
-from service.pipeline.scoring import score_requests
-from service.policies.baselines import FirstFit
-from service.server.decision_log import DecisionLogSink
-from service.storage import DecisionLogWriter, ensure_partitions, make_engine
-from service.storage.log.partitions import day_of
-from tests.storage.storage_helpers import payload_of
-
-
-def _log(db_url: str, requests: list[MirrorRequest], *, with_bits: bool = True) -> None:
-    engine = make_engine(db_url)
-    try:
-        for r in requests:
-            ensure_partitions(engine, day_of(r.request_time), day_of(r.request_time))
-        policies = [FirstFit()]
-        scored, decisions, _ = score_requests(requests, policies, DEFAULT_FEATURES)
-        logged = [
-            LoggedRequest(i + 1, r, payload_of(r), r.request_time) for i, r in enumerate(requests)
-        ]
-        feasibility = logged_feasibility([x.seq for x in logged], requests, scored)
-        batch = ScoredBatch(
-            requests=logged,
-            outcomes=[],
-            decisions=decisions,
-            policies=policies,  # type: ignore[arg-type]
-            feature_version=DEFAULT_FEATURES.version,
-            feature_hash=DEFAULT_FEATURES.definition_hash,
-            last_seq=len(logged),
-            feasibility=feasibility if with_bits else None,
-        )
-        DecisionLogSink(DecisionLogWriter(engine)).write(batch)
-    finally:
-        engine.dispose()
+from service.contract import MirrorRequest, check_feasibility
+from service.storage import make_engine
+from tests.storage.scored_log import log_scored
 
 
 def _replay(db_url: str, request_id: str) -> tuple[int, str]:
@@ -71,7 +39,7 @@ def test_replay_prints_each_options_mask_and_verifies_it(
     db_url: str, requests_sample: list[MirrorRequest]
 ) -> None:
     request = requests_sample[0]
-    _log(db_url, [request])
+    log_scored(db_url, [request])
 
     code, out = _replay(db_url, request.request_id)
 
@@ -90,7 +58,7 @@ def test_a_flipped_bit_in_the_log_fails_the_replay(
     db_url: str, requests_sample: list[MirrorRequest]
 ) -> None:
     request = requests_sample[1]
-    _log(db_url, [request])
+    log_scored(db_url, [request])
     engine = make_engine(db_url)
     try:
         with engine.begin() as conn:  # option 0's bit 6 toggled
@@ -114,7 +82,7 @@ def test_a_request_logged_before_0010_says_not_logged_and_still_recomputes(
     db_url: str, requests_sample: list[MirrorRequest]
 ) -> None:
     request = dataclasses.replace(requests_sample[2], request_id="old-row")
-    _log(db_url, [request], with_bits=False)
+    log_scored(db_url, [request], with_bits=False)
 
     code, out = _replay(db_url, request.request_id)
 

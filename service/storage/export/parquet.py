@@ -32,6 +32,7 @@ from sqlalchemy import BigInteger, Engine, cast, extract, func, select
 
 from service.storage.engine import unavailable_on_failure
 from service.storage.log import tables as t
+from service.storage.log.masks import SIGNALS_BY_VERSION
 from service.storage.reads.ope import (
     OpeFilter,
     Progress,
@@ -58,6 +59,7 @@ SLICE_SCHEMA = pa.schema(
         ("workload_kind", pa.string()),
         ("tenant", pa.string()),
         ("model_family", pa.string()),
+        ("qos_class", pa.string()),  # null on rows logged before migration 0010
         ("n_options", pa.int32()),
         ("production_option", pa.int32()),
         ("production_propensity", pa.float64()),
@@ -80,6 +82,11 @@ SLICE_SCHEMA = pa.schema(
         ("agrees_with_production", pa.bool_()),
         ("feature_version", pa.string()),
         ("feature_hash", pa.string()),
+        # the request's per-option feasibility as the scorer logged it: one uint16 per
+        # option, bit i = signal i of `feasibility_version` (names: _slice.json
+        # "feasibility_signals"); both null when not logged (before migration 0010)
+        ("feasibility_version", pa.string()),
+        ("feasibility_bits", pa.list_(pa.uint16())),
         ("traffic", pa.string()),
         ("scenario", pa.string()),
         ("date", pa.string()),
@@ -165,6 +172,9 @@ def slice_query(where: OpeFilter) -> tuple[Any, Any]:
             r.c.feature_hash,
             d.c.policy_name,
             r.c.production_probabilities_f64,
+            r.c.feasibility_version,
+            r.c.feasibility_bits,
+            r.c.qos_class,
         )
         .select_from(joined_source())
         .where(*conditions)
@@ -214,6 +224,17 @@ def _optional_probabilities(blobs: Sequence[bytes | None]) -> pa.ListArray:
     return pa.ListArray.from_arrays(lists.offsets, lists.values, mask=mask)
 
 
+def _feasibility_bits(blobs: Sequence[bytes | None]) -> pa.ListArray:
+    """``requests.feasibility_bits`` (little-endian uint16 per option) as a nullable list column."""
+    present = [bytes(b) if b is not None else b"" for b in blobs]
+    lengths = np.fromiter((len(b) // 2 for b in present), dtype=np.int32, count=len(present))
+    offsets = np.zeros(len(present) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    values = np.frombuffer(b"".join(present), dtype="<u2").astype(np.uint16)
+    mask = pa.array([b is None for b in blobs], type=pa.bool_())
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values), mask=mask)
+
+
 def _dates(micros: pa.Array) -> pa.Array:
     days = np.asarray(micros.to_numpy(zero_copy_only=False), dtype=np.int64) // 86_400_000_000
     return pa.array(days.astype("datetime64[D]").astype(str))
@@ -252,6 +273,9 @@ def _batch(rows: Sequence[Any], seq: _Sequencer, tags: SliceTags) -> pa.RecordBa
     arrays["date"] = _dates(pa.array(columns[2], type=pa.int64()))
     arrays["policy"] = pa.array(columns[26], type=pa.string())
     arrays["production_probabilities"] = _optional_probabilities(columns[27])
+    arrays["feasibility_version"] = pa.array(columns[28], type=pa.string())
+    arrays["feasibility_bits"] = _feasibility_bits(columns[29])
+    arrays["qos_class"] = pa.array(columns[30], type=pa.string())
     return pa.RecordBatch.from_arrays([arrays[f.name] for f in SLICE_SCHEMA], schema=SLICE_SCHEMA)
 
 
@@ -363,6 +387,7 @@ def export_parquet(
         "traffic": tags.traffic,
         "scenario": tags.scenario,
         "exported_at": time.time(),
+        "feasibility_signals": SIGNALS_BY_VERSION,
     }
     batches = iter_slice(engine, where, tags=tags, batch_rows=batch_rows, progress=progress)
     return write_parquet(batches, out, manifest=manifest)
