@@ -29,6 +29,7 @@ from service.contract import (
     WorkloadKind,
     check_feasibility,
 )
+from service.contract.devices import node_devices
 
 BATCH_SIZES: Mapping[str, tuple[int, ...]] = MappingProxyType(
     {
@@ -124,11 +125,19 @@ def enumerate_options(
 
     Like Runtime, it enumerates by size only; feasibility (free capacity,
     drain, memory) is the contract's job. At most `max_options`, sampled.
+    A share job (`Workload.is_share`) gets one single-node option per node
+    with at least one device, taking that one device (k = 1): a share never
+    spans devices or nodes.
     """
     a = workload.accelerators
-    candidates: list[tuple[tuple[int, ...], tuple[int, ...]]] = [
-        ((i,), (a,)) for i in range(state.n_nodes) if state.accelerators_total[i] >= a
-    ]
+    candidates: list[tuple[tuple[int, ...], tuple[int, ...]]]
+    if workload.is_share:
+        per_node = np.diff(node_devices(state).offsets)
+        candidates = [((i,), (1,)) for i in range(state.n_nodes) if per_node[i] > 0]
+    else:
+        candidates = [
+            ((i,), (a,)) for i in range(state.n_nodes) if state.accelerators_total[i] >= a
+        ]
     if a >= 2:
         half = a // 2
         pairs = rng.integers(0, state.n_nodes, size=(max_options, 2))

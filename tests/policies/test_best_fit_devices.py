@@ -2,6 +2,7 @@
 
 Three nodes that send devices; their node counts say otherwise on purpose
 (node 0 claims 5 free), so a score read from the counts would pick wrong.
+The synthetic option enumerator gives a share job one device on one node.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from service.contract import (
 from service.contract.state import frozen_array
 from service.policies.baselines import BestFit
 from service.policies.batching import make_batch
+from service.policies.synthetic import enumerate_options, random_cluster
 
 SHARES = [[0.5, 0.2], [0.9], [1.0, 1.0]]
 
@@ -106,3 +108,15 @@ def test_the_node_counts_still_rule_without_devices() -> None:
     request = MirrorRequest(2, "r", 1.7e9, bare, job(2, None), options)
     s = BestFit().score(make_batch([request])).tolist()
     assert s[0] == -3.0 and s[1] <= -1e6
+
+
+def test_synthetic_options_for_a_share_job_take_one_device_on_one_node() -> None:
+    state = dataclasses.replace(
+        random_cluster(np.random.default_rng(0), 8),
+        accelerators_total=frozen_array([0, 8, 4, 0, 8, 8, 4, 8], np.int32),
+    )
+    share = job(0, 0.5)
+    options = enumerate_options(state, share, np.random.default_rng(1), 24)
+    assert options.nodes_per_option.tolist() == [1] * 6
+    assert options.accelerators.tolist() == [1] * 6
+    assert options.node_index.tolist() == [1, 2, 4, 5, 6, 7]  # nodes with devices only
