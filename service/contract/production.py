@@ -124,11 +124,11 @@ def check_distribution(field: str, production: ProductionDecision, n_options: in
     where = f"{field}.defer_probability" if option == DEFER else f"{field}.probabilities[{option}]"
     if chosen <= 0.0:
         raise InvalidInput(where, f"must be > 0: production chose it, got {chosen}")
-    p = production.propensity
-    if p is not None and abs(p - chosen) > SUM_TOLERANCE:
+    sent = production.propensity
+    if sent is not None and abs(sent - chosen) > SUM_TOLERANCE:
         raise InvalidInput(
             f"{field}.propensity",
-            f"must equal `{where}` (within {SUM_TOLERANCE:g}), got {p} vs {chosen}",
+            f"must equal `{where}` (within {SUM_TOLERANCE:g}), got {sent} vs {chosen}",
         )
 
 

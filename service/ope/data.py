@@ -240,7 +240,7 @@ class BanditData:
         `logging_dist` that is not NaN); all False without `logging_dist`."""
         if self.logging_dist is None:
             return np.zeros(self.n, dtype=bool)
-        known: NDArray[np.bool_] = ~np.isnan(self.logging_dist).all(axis=1)
+        known: NDArray[np.bool_] = np.asarray(~np.isnan(self.logging_dist).all(axis=1))
         return known
 
     @property

@@ -7,6 +7,7 @@ from a request the suite already trusts only in the v2 fields it exercises.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
@@ -55,13 +56,15 @@ def naming_devices(request: MirrorRequest) -> MirrorRequest:
     return dataclasses.replace(r, options=options)
 
 
-def sharing(request: MirrorRequest, share: float = 0.44) -> MirrorRequest:
-    """`request` as a share job (no whole devices), with a QoS class and an open kind."""
+def sharing(request: MirrorRequest, share: float = 0.44, kind: str = "serve") -> MirrorRequest:
+    """`request` as a share job (no whole devices), with a QoS class and (by default) an
+    open kind."""
     w = dataclasses.replace(
-        request.workload, accelerators=0, accelerator_share=share, qos_class="LS", kind="serve"
+        request.workload, accelerators=0, accelerator_share=share, qos_class="LS", kind=kind
     )
     options = dataclasses.replace(
-        request.options, accelerators=np.zeros_like(request.options.accelerators)
+        request.options,
+        accelerators=frozen_array(np.zeros_like(request.options.accelerators), np.int32),
     )
     return dataclasses.replace(request, workload=w, options=options)
 
@@ -98,3 +101,24 @@ def with_distribution(request: MirrorRequest) -> MirrorRequest:
 def as_schema_1(request: MirrorRequest) -> MirrorRequest:
     """`request` declared as schema version 1 (it must use no v2 field)."""
     return dataclasses.replace(request, schema_version=1)
+
+
+def assert_same(a: Any, b: Any, path: str = "request") -> None:
+    """Deep equality for the contract dataclasses, arrays bit for bit with dtype and flags."""
+    if dataclasses.is_dataclass(a) and not isinstance(a, type):
+        assert type(a) is type(b), path
+        for f in dataclasses.fields(a):
+            assert_same(getattr(a, f.name), getattr(b, f.name), f"{path}.{f.name}")
+    elif isinstance(a, np.ndarray):
+        assert isinstance(b, np.ndarray), path
+        assert a.dtype == b.dtype, (path, a.dtype, b.dtype)
+        assert a.flags.writeable == b.flags.writeable, path
+        assert a.tobytes() == b.tobytes(), (path, a, b)
+    elif isinstance(a, tuple):
+        assert isinstance(b, tuple) and len(a) == len(b), (path, a, b)
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{path}[{i}]")
+    elif isinstance(a, str):  # a known kind may be built as the WorkloadKind member
+        assert isinstance(b, str) and str(a) == str(b), (path, a, b)
+    else:
+        assert type(a) is type(b) and a == b, (path, a, b)
