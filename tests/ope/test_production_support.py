@@ -121,3 +121,59 @@ def test_a_partial_nan_row_or_a_disagreeing_known_row_is_refused() -> None:
     with pytest.raises(InvalidInput) as info:
         BanditData(**{**_fields(data), "logging_dist": wrong})
     assert info.value.field == "pscore" and "round 5" in str(info.value)
+
+
+def test_simulated_logs_carry_the_emulator_distribution_and_the_diagnostics_use_it() -> None:
+    """Ground truth from the simulator: production's distribution is the emulator's own.
+
+    Each recorded request carries exactly the distribution the emulator sampled its
+    choice from (and validates, zero on every option the contract masks). The
+    emulator never defers while an option is feasible, so a target that defers
+    half the time has unsupported mass 1/2 at every round: exact with the
+    distribution, invisible without it (no logged propensity is 1 where there is
+    a choice).
+    """
+    from service.contract.validation import validate_request
+    from service.environment import World, load_scenario, log_episode
+
+    world = World(load_scenario("demo").replace(jobs_per_episode=60))
+    log = log_episode(world, seed=4, episode=0)
+    assert log.decisions
+    a = max(d.request.options.n_options for d in log.decisions) + 1
+    rows, mu, pi, action, pscore = [], [], [], [], []
+    for d in log.decisions:
+        p = d.request.production
+        assert p is not None and p.probabilities is not None
+        assert p.probabilities == tuple(float(x) for x in d.probabilities)
+        assert p.defer_probability == float(d.defer_probability)
+        validate_request(d.request)
+        k = d.request.options.n_options
+        m = np.zeros(a)
+        m[:k], m[-1] = d.probabilities, d.defer_probability
+        target = np.zeros(a)
+        feasible = np.flatnonzero(~d.violations.any(axis=1))
+        target[int(feasible[np.argmin(d.probabilities[feasible])])] = 0.5
+        target[-1] = 0.5  # DEFER
+        rows.append(len(rows))
+        mu.append(m)
+        pi.append(target)
+        action.append(d.chosen)
+        pscore.append(float(d.probabilities[d.chosen]))
+    mu_a, pi_a = np.array(mu), np.array(pi)
+    data = BanditData(
+        reward=np.zeros(len(rows)),
+        action=np.array(action),
+        pscore=np.array(pscore),
+        action_dist=pi_a,
+        logging_dist=mu_a,
+    )
+    d = diagnostics(data)
+    truth = (pi_a * (mu_a <= 0)).sum(axis=1)
+    assert d.support_known and d.support_rounds == len(rows)
+    assert d.unsupported_share == pytest.approx(truth.mean(), abs=1e-12)
+    assert d.expected_mean_weight == pytest.approx(1.0 - truth.mean(), abs=1e-12)
+    assert truth.mean() == pytest.approx(0.5)
+    without = diagnostics(BanditData(data.reward, data.action, data.pscore, data.action_dist))
+    choice = np.array(pscore) < 1.0
+    assert without.unsupported_share == pytest.approx(0.5 * (~choice).mean(), abs=1e-12)
+    assert without.unsupported_share < d.unsupported_share
