@@ -86,10 +86,15 @@ def _random_request(rng: np.random.Generator, i: int, max_nodes: int = 120) -> M
     mem_total = rng.uniform(1.0, 2048.0, n).astype(np.float32)
     zones = rng.integers(0, int(rng.integers(1, 5)), n)
     localities = rng.integers(0, int(rng.integers(1, 9)), n)
+    node_hardware = rng.integers(0, n_hw, n)
+    # a class stated to have no accelerator memory is a CPU pool: its nodes have no
+    # accelerators (contract v2 refuses the contradiction, issue 22)
+    cpu_pool = np.array([h.accelerator_memory_gb == 0 for h in hardware])
+    total = np.where(cpu_pool[node_hardware], 0, total)
     state = ClusterState(
         node_ids=tuple(f"n{i}-{k}" for k in range(n)),
         hardware=hardware,
-        node_hardware=frozen_array(rng.integers(0, n_hw, n), np.int32),
+        node_hardware=frozen_array(node_hardware, np.int32),
         accelerators_free=frozen_array(rng.integers(0, total + 1), np.int32),
         accelerators_total=frozen_array(total, np.int32),
         cpu_free=frozen_array(cpu_total * rng.random(n).astype(np.float32), np.float32),
