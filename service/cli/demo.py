@@ -40,7 +40,7 @@ from service.auth import token_digest
 from service.cli.demo_noise import collapsed_noise, transitions_shown_by_demo
 from service.cli.demo_payoff import NextCommands, demo_ope, drift_lines, print_next, print_ope
 from service.cli.demo_protocol import OWNER, ProtocolWatch, describe_stop, load_protocol
-from service.cli.demo_view import LiveView, closing_tables, summed
+from service.cli.demo_view import LiveView, closing_tables, mask_lines, summed
 from service.client import MirrorClient
 from service.contract import MirrorRequest, Outcome
 from service.environment import World, load_scenario, log_episode
@@ -154,6 +154,9 @@ def _close(
     console.print(table)
     for line in checks:
         console.print(line)
+    mirrored = [e.request_id for e in events if isinstance(e, MirrorRequest)][:20]
+    for line in mask_lines(f"http://127.0.0.1:{service.http_port}", reviewer, mirrored):
+        console.print(line, highlight=False)
     with console.status("estimating every candidate off-policy (as `understudy ope`)"):
         report = demo_ope(service.engine)
     print_ope(console, report)

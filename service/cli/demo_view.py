@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+import httpx
 from rich.console import Group
 from rich.table import Table
 
@@ -160,3 +161,38 @@ def closing_tables(
             "still being scored[/]",
         )
     return table, checks
+
+
+MASKS_SHOWN = 4
+"""Masked options the demo's closing lines name (of the first request that has any)."""
+
+
+def mask_lines(base_url: str, reviewer_token: str, request_ids: Iterable[str]) -> list[str]:
+    """Why options were masked, as a reviewer reads it: the first of `request_ids` with a
+    masked option, from ``GET /v1/reviewer/requests/{id}/feasibility`` over HTTP.
+
+    Each line names an option, its nodes and the signals the log recorded
+    (e.g. ``option 7 (node n17): masked by accelerator_share, memory``).
+    """
+    headers = {"authorization": f"Bearer {reviewer_token}"}
+    with httpx.Client(base_url=base_url, headers=headers, timeout=30) as http:
+        for request_id in request_ids:
+            reply = http.get(f"/v1/reviewer/requests/{request_id}/feasibility")
+            if reply.status_code != 200:
+                return [f"[yellow]reviewer API: {reply.status_code} {reply.text[:120]}[/]"]
+            body = reply.json()
+            masked = [o for o in body["options"] if o["feasible"] is False]
+            if not masked:
+                continue
+            lines = [
+                f"why options were masked ({body['version']}, as the reviewer API shows it: "
+                f"GET /v1/reviewer/requests/{request_id}/feasibility): "
+                f"{len(masked)} of {len(body['options'])} options of {request_id}"
+            ]
+            for o in masked[:MASKS_SHOWN]:
+                nodes = ", ".join(o["nodes"])
+                noun = "node" if len(o["nodes"]) == 1 else "nodes"
+                why = ", ".join(o["signals"] or ["unnamed signals"])
+                lines.append(f"  option {o['option']} ({noun} {nodes}): masked by {why}")
+            return lines
+    return ["no masked option in the requests looked at"]
