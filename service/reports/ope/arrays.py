@@ -35,7 +35,7 @@ from numpy.typing import NDArray
 from service.ope import BanditData
 from service.storage.reads.ope import UNKNOWN_OPTION, OpeLog, PolicyLog
 
-USABLE_STATUSES = frozenset({"ok", "timeout", "all_infeasible"})
+USABLE_STATUSES = frozenset({"ok", "timeout", "all_infeasible", "infeasible_choice"})
 """Decision statuses that carry a distribution (an ``error`` has none)."""
 SUM_TOLERANCE = 1e-6
 
@@ -147,25 +147,33 @@ def logging_rows(
 ) -> NDArray[np.float64] | None:
     """Production's distribution over (options..., DEFER) per round, NaN rows where it is
     not known or not consistent with the logged action's propensity; None when no round
-    has one (the diagnostics then behave as without it)."""
-    if not any(x is not None for x in log.production_distribution):
+    has one (the diagnostics then behave as without it). Vectorised over the rounds."""
+    dists = log.production_distribution
+    if not any(x is not None for x in dists):
         return None
+    k_all = log.n_options
+    at = np.array(
+        [i for i, x in enumerate(dists) if x is not None and len(x) == k_all[i] + 1],
+        dtype=np.int64,
+    )
     out = np.full((log.n, a), np.nan)
-    for i, dist in enumerate(log.production_distribution):
-        k = int(log.n_options[i])
-        if dist is None or len(dist) != k + 1:
-            continue
-        row = np.zeros(a)
-        row[:k] = dist[:k]
-        row[-1] = dist[k]
-        ok = (
-            np.isfinite(row).all()
-            and (row >= 0).all()
-            and abs(row.sum() - 1.0) <= SUM_TOLERANCE
-            and abs(row[action[i]] - pscore[i]) <= SUM_TOLERANCE
-        )
-        if ok:
-            out[i] = row
+    if not len(at):
+        return out
+    k = k_all[at]
+    values = np.concatenate([dists[i] for i in at.tolist()])
+    starts = np.cumsum(k + 1) - (k + 1)
+    filled = np.zeros((len(at), a))
+    line = np.repeat(np.arange(len(at)), k)
+    column = np.arange(int(k.sum())) - np.repeat(np.cumsum(k) - k, k)
+    filled[line, column] = values[np.repeat(starts, k) + column]
+    filled[:, -1] = values[starts + k]
+    ok = (
+        np.isfinite(filled).all(axis=1)
+        & (filled >= 0).all(axis=1)
+        & (np.abs(filled.sum(axis=1) - 1.0) <= SUM_TOLERANCE)
+        & (np.abs(filled[np.arange(len(at)), action[at]] - pscore[at]) <= SUM_TOLERANCE)
+    )
+    out[at[ok]] = filled[ok]
     return out
 
 
