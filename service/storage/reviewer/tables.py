@@ -34,6 +34,7 @@ REVIEWER_VIEWS: tuple[str, ...] = (
     "reviewer_disagreements",
     "reviewer_experiments",
     "reviewer_protocol_events",
+    "reviewer_option_feasibility",
 )
 """The documented views (docs/reviewer.md)."""
 

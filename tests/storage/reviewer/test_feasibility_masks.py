@@ -18,10 +18,12 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import psycopg
 import pytest
 from sqlalchemy import text
 
 from service.auth import token_digest
+from service.cli.demo_view import MASKS_SHOWN, mask_lines
 from service.contract import MirrorRequest, check_feasibility
 from service.contract.feasibility import FEASIBILITY_VERSION, SIGNALS
 from service.server.app import build_service
@@ -204,3 +206,57 @@ def test_unpacking_refuses_a_torn_blob() -> None:
         logged_mask("feasibility-v1", b"\x01")
     unknown = logged_mask("feasibility-v9", np.array([3], dtype="<u2").tobytes())
     assert unknown.status == "unknown version feasibility-v9" and unknown.signals(0) is None
+
+
+def test_the_views_show_the_bits_and_name_each_options_signals(world: World) -> None:
+    """As the reviewer role: reviewer_decisions carries the request's bits, and
+    reviewer_option_feasibility one row per option with the signal names."""
+    request_id = sorted(world.sent)[7]
+    with psycopg.connect(world.reviewer_conninfo()) as conn:
+        per_option = conn.execute(
+            "SELECT option, bits, feasible, signals FROM reviewer_option_feasibility "
+            "WHERE request_id = %s ORDER BY option",
+            (request_id,),
+        ).fetchall()
+        decisions = conn.execute(
+            "SELECT DISTINCT feasibility_version, feasibility_bits, qos_class "
+            "FROM reviewer_decisions WHERE request_id = %s",
+            (request_id,),
+        ).fetchall()
+        (migrated,) = conn.execute(
+            "SELECT count(*) FROM reviewer_option_feasibility WHERE request_id = 'before-0010'"
+        ).fetchall()
+    r = world.sent[request_id]
+    f = check_feasibility(r.state, r.workload, r.options, r.quota_remaining)
+    assert [row[0] for row in per_option] == list(range(r.options.n_options))
+    assert [row[1] for row in per_option] == f.bits.tolist()
+    assert [row[2] for row in per_option] == f.mask.tolist()
+    assert [row[3] for row in per_option] == _expected(world, request_id)
+    assert decisions == [(f.version, f.bits.astype("<u2").tobytes(), r.workload.qos_class)]
+    assert migrated == (0,)  # no bits, no rows: a request from before 0010
+
+
+def test_the_migration_names_the_signals_the_code_does() -> None:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[3] / "migrations" / "versions"
+    spec = importlib.util.spec_from_file_location("m0012", path / "0012_feasibility_views.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.SIGNALS == SIGNALS_BY_VERSION
+
+
+def test_the_demos_closing_lines_name_masked_options_from_the_api(world: World) -> None:
+    ids = sorted(world.sent)
+    lines = mask_lines(world.base, TOKENS["reviewer"], ids)
+
+    first = next(i for i in ids if any(_expected(world, i)))
+    r = world.sent[first]
+    masked = [(i, s) for i, s in enumerate(_expected(world, first)) if s]
+    assert first in lines[0] and f"{len(masked)} of {r.options.n_options} options" in lines[0]
+    assert len(lines) == 1 + min(len(masked), MASKS_SHOWN)
+    for line, (i, signals) in zip(lines[1:], masked, strict=False):
+        nodes = ", ".join(r.state.node_ids[int(n)] for n in r.options.nodes_of(i))
+        assert line.strip().startswith(f"option {i} (node")
+        assert line.endswith(f"{nodes}): masked by {', '.join(signals)}")
