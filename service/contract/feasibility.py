@@ -190,182 +190,228 @@ def _class_rules(
     )
 
 
-class _Joined:
-    """Per-request columns of a batch, joined: nodes, devices, entries, device sources.
+# Columns of the per-node and per-device boolean tables `_batch` builds.
+_CPU_SHORT, _MEMORY_SHORT, _CLASS_REFUSED, _AFFINITY, _ANTI_AFFINITY, _DRAINED = range(6)
+_COMPATIBLE, _AVAILABLE, _AVAILABLE_FITS, _COMPATIBLE_FITS = range(4)
 
-    Everything that compares a request's floating columns with its workload's
-    numbers is computed here, per request and vectorised over that request's
-    nodes or devices, so both forms compare the same values the same way.
-    Device arrays end with one sentinel device (on no node, fitting nothing)
-    that an invalid named device index points at.
+
+@dataclass(frozen=True, eq=False)
+class _Batch:
+    """Per-request columns of a batch, joined (one request: its own arrays, no copy).
+
+    Every comparison of a request's floating columns with its workload's
+    numbers is made per request, vectorised over that request's nodes or
+    devices, in that request's precision; both forms therefore compare the
+    same values the same way. Devices stay in CSR order over the joined
+    nodes; the device tables end with one sentinel device (on no node,
+    fitting nothing) that an invalid named device index points at.
     """
 
-    def __init__(self, items: Sequence[FeasibilityItem]) -> None:
-        cols: dict[str, list[NDArray[Any]]] = {
-            k: []
-            for k in (
-                "cpu_short", "memory_short", "node_bad", "node_allowed", "affinity", "anti",
-                "dev_node", "dev_compat", "dev_whole", "dev_fits", "dev_share",
-                "nodes", "taken", "starts", "lengths", "source", "named", "is_share",
-                "per_option", "requested", "share", "quota", "has_quota",
-            )
-        }  # fmt: skip
-        node_base = dev_base = source_base = 0
-        for state, workload, options, quota in items:
+    node_rules: NDArray[np.bool_]  # (n_nodes, 6): the columns above
+    device_sets: NDArray[np.bool_]  # (n_devices + 1, 4): the sets `_device_sets` names
+    device_node: NDArray[np.int64]  # (n_devices + 1,), -1 for the sentinel
+    devices_per_node: NDArray[np.int64]  # (n_nodes,)
+    nodes: NDArray[np.int64]  # per entry, global node
+    taken: NDArray[np.int64]  # per entry
+    named_lengths: NDArray[np.int64]  # per entry of a request naming devices
+    named_source: NDArray[np.int64]  # the devices those entries name; -1 = no such device
+    per_option: NDArray[np.int64]  # entries per option
+    entries: NDArray[np.int64]  # per request
+    options: NDArray[np.int64]  # per request
+    named: NDArray[np.bool_]  # per request
+    share: NDArray[np.float64]  # per request, NaN = whole-device job
+    requested: NDArray[np.float64]  # per request
+    quota: NDArray[np.float64]  # per request, NaN = none
+
+
+def _join(parts: list[NDArray[Any]], dtype: Any) -> NDArray[Any]:
+    if len(parts) == 1:
+        return np.asarray(parts[0], dtype=dtype)
+    return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
+
+
+def _batch(items: Sequence[FeasibilityItem]) -> _Batch:
+    """The joined columns of `items` (see `_Batch`)."""
+    node_rules, device_rules, device_node, per_node = [], [], [], []
+    nodes, taken, named_lengths, named_source, per_option = [], [], [], [], []
+    node_base = dev_base = 0
+    with np.errstate(over="ignore"):  # a need beyond float32 is a shortfall (inf)
+        for state, workload, options, _ in items:
             devices = node_devices(state)
             allowed_cls, accel_cls = _class_rules(state, workload)
-            n_dev, n_opt = devices.n_devices, options.n_options
-            with np.errstate(over="ignore"):  # a need beyond float32 is a shortfall (inf)
-                cols["cpu_short"].append(np.asarray(state.cpu_free < workload.cpu_per_node))
-                cols["memory_short"].append(
-                    np.asarray(state.memory_free_gb < workload.memory_per_node_gb)
-                )
-                # Unknown (NaN) free memory fits: NaN < need is False.
-                cols["dev_fits"].append(~(devices.free_memory_gb < workload.accelerator_memory_gb))
-                share = workload.accelerator_share
-                cols["dev_share"].append(
-                    devices.free_share >= share if share is not None else np.zeros(n_dev, bool)
-                )
-            cols["dev_whole"].append(devices.free_share >= 1.0)
-            cols["dev_compat"].append((allowed_cls & accel_cls)[devices.hardware])
-            cols["dev_node"].append(devices.node + node_base)
-            cols["node_bad"].append(
-                np.asarray(state.draining, dtype=bool) | ~np.asarray(state.healthy, dtype=bool)
-            )
-            cols["node_allowed"].append(allowed_cls[np.asarray(state.node_hardware, np.int64)])
             affinity, anti = _node_label_rules(state, workload)
-            cols["affinity"].append(affinity)
-            cols["anti"].append(anti)
-            nodes = np.asarray(options.node_index, dtype=np.int64)
-            cols["nodes"].append(nodes + node_base)
-            cols["taken"].append(np.asarray(options.accelerators, dtype=np.int64))
+            node_rules.append(
+                np.stack(
+                    [
+                        state.cpu_free < workload.cpu_per_node,
+                        state.memory_free_gb < workload.memory_per_node_gb,
+                        ~allowed_cls[np.asarray(state.node_hardware, dtype=np.int64)],
+                        affinity,
+                        anti,
+                        np.asarray(state.draining, bool) | ~np.asarray(state.healthy, bool),
+                    ],
+                    axis=1,
+                )
+            )
+            share = workload.accelerator_share
+            device_rules.append(
+                _device_sets(
+                    (allowed_cls & accel_cls)[devices.hardware],
+                    devices.free_share >= (1.0 if share is None else share),
+                    # Unknown (NaN) free memory fits: NaN < need is False.
+                    ~(devices.free_memory_gb < workload.accelerator_memory_gb),
+                )
+            )
+            device_node.append(devices.node + node_base)
+            per_node.append(np.diff(devices.offsets))
+            nodes.append(np.asarray(options.node_index, dtype=np.int64) + node_base)
+            taken.append(options.accelerators)
             if options.names_devices:
                 offsets = np.asarray(options.device_offsets, dtype=np.int64)
-                starts, lengths = offsets[:-1], np.diff(offsets)
                 named = np.asarray(options.device_index, dtype=np.int64)
-                valid = (named >= 0) & (named < n_dev)
-                source = np.where(valid, named + dev_base, -1)
-            else:
-                starts = devices.offsets[nodes]
-                lengths = devices.offsets[nodes + 1] - starts
-                source = np.arange(dev_base, dev_base + n_dev, dtype=np.int64)
-            cols["starts"].append(starts + source_base)
-            cols["lengths"].append(lengths)
-            cols["source"].append(source)
-            n_entries = len(nodes)
-            cols["named"].append(np.full(n_entries, options.names_devices, dtype=bool))
-            cols["is_share"].append(np.full(n_entries, workload.is_share, dtype=bool))
-            cols["per_option"].append(np.asarray(options.nodes_per_option, dtype=np.int64))
-            cols["requested"].append(np.full(n_opt, workload.accelerators, dtype=np.float64))
-            cols["share"].append(np.full(n_opt, share if share is not None else np.nan))
-            cols["quota"].append(np.full(n_opt, quota if quota is not None else np.nan))
-            cols["has_quota"].append(np.full(n_opt, quota is not None, dtype=bool))
+                named = named[offsets[0] : offsets[-1]]
+                valid = (named >= 0) & (named < devices.n_devices)
+                named_lengths.append(np.diff(offsets))
+                named_source.append(np.where(valid, named + dev_base, -1))
+            per_option.append(options.nodes_per_option)
             node_base += state.n_nodes
-            dev_base += n_dev
-            source_base += len(source)
-        self.n_devices = dev_base
-        joined = {k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()}
-        for k in ("dev_node", "dev_compat", "dev_whole", "dev_fits", "dev_share"):
-            sentinel = np.array([-1 if k == "dev_node" else 0], dtype=joined[k].dtype)
-            joined[k] = np.concatenate([joined[k], sentinel])
-        self.c = joined
+            dev_base += devices.n_devices
+    device_rules.append(np.zeros((1, 4), dtype=bool))
+    device_node.append(np.array([-1], dtype=np.int64))
+
+    def each(value: Any, dtype: Any) -> NDArray[Any]:
+        return np.fromiter(map(value, items), dtype=dtype, count=len(items))
+
+    return _Batch(
+        node_rules=_join(node_rules, bool),
+        device_sets=np.concatenate(device_rules),
+        device_node=np.concatenate(device_node),
+        devices_per_node=_join(per_node, np.int64),
+        nodes=_join(nodes, np.int64),
+        taken=_join(taken, np.int64),
+        named_lengths=_join(named_lengths, np.int64),
+        named_source=_join(named_source, np.int64),
+        per_option=_join(per_option, np.int64),
+        entries=each(lambda i: len(i[2].node_index), np.int64),
+        options=each(lambda i: i[2].n_options, np.int64),
+        named=each(lambda i: i[2].names_devices, bool),
+        share=each(
+            lambda i: np.nan if i[1].accelerator_share is None else i[1].accelerator_share,
+            np.float64,
+        ),
+        requested=each(lambda i: i[1].accelerators, np.float64),
+        quota=each(lambda i: np.nan if i[3] is None else i[3], np.float64),
+    )
 
 
-def _csr_positions(
-    starts: NDArray[np.int64], lengths: NDArray[np.int64]
-) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """(row of every position, position) of the ranges ``starts[i]:starts[i]+lengths[i]``."""
-    row = np.repeat(np.arange(len(starts), dtype=np.int64), lengths)
-    first = np.cumsum(lengths) - lengths
-    position = np.arange(len(row), dtype=np.int64) - first[row] + starts[row]
-    return row, position
+def _segment_sums(values: NDArray[Any], lengths: NDArray[np.int64]) -> NDArray[Any]:
+    """Column sums over consecutive row segments of `lengths` rows each (empty ones: 0).
+
+    Flags are summed in int32 (fewer than 2**31 devices or entries); integer
+    columns (accelerators taken) in int64, so no total can wrap.
+    """
+    dtype = np.int32 if values.dtype == np.bool_ else np.int64
+    totals = np.zeros((len(values) + 1, values.shape[1]), dtype=dtype)
+    np.cumsum(values, axis=0, dtype=dtype, out=totals[1:])
+    ends = np.cumsum(lengths)
+    sums: NDArray[Any] = totals[ends] - totals[ends - lengths]
+    return sums
+
+
+def _device_sets(
+    compatible: NDArray[np.bool_], available: NDArray[np.bool_], fits: NDArray[np.bool_]
+) -> NDArray[np.bool_]:
+    """Per device, membership of the sets an entry counts (module docstring).
+
+    ``available`` is free share >= 1 for a whole-device job, >= the share for a
+    share job, so one table serves both: C; W or S (C and available); M or
+    S ∩ Mm (those whose memory fits); Mm (C and memory fits).
+    """
+    usable = compatible & available
+    return np.stack([compatible, usable, usable & fits, compatible & fits], axis=1)
 
 
 def check_feasibility_batch(items: Sequence[FeasibilityItem]) -> Feasibility:
     """`check_feasibility` of every request, stacked: one row per option of the batch.
 
     One pass over the joined arrays of the whole micro-batch: the per-request
-    comparisons (`_Joined`), then counting over (entry, device) pairs and ORs
-    over entries, with no loop over options or devices. `check_feasibility`
-    is this function on one request, so the forms agree bit for bit
-    (tests/policies/test_batch_equivalence.py).
+    comparisons (`_batch`); then, per node, how many of its devices fall in
+    each set the rule counts (so an entry that names no devices costs one
+    lookup, however many options share its node), per named entry the same
+    over the devices it names, and ORs over entries: no loop over options or
+    devices. `check_feasibility` is this function on one request, so the forms
+    agree bit for bit (tests/policies/test_batch_equivalence.py).
     """
     if not items:
         return Feasibility(np.zeros(0, dtype=bool), np.zeros((0, len(SIGNALS)), dtype=bool))
-    c = _Joined(items).c
-    nodes, taken = c["nodes"].astype(np.int64), c["taken"].astype(np.int64)
+    b = _batch(items)
+    nodes, taken, per_option = b.nodes, b.taken, b.per_option
     n_entries = len(nodes)
-    per_option = c["per_option"].astype(np.int64)
-    n_total = len(per_option)
-    entry_option = np.repeat(np.arange(n_total, dtype=np.int64), per_option)
-    named, is_share = c["named"].astype(bool), c["is_share"].astype(bool)
+    named = np.repeat(b.named, b.entries)
+    is_share = np.repeat(~np.isnan(b.share), b.entries)
 
-    # (entry, device) pairs: the devices each entry may use (named, or all of its node).
-    lengths = c["lengths"].astype(np.int64)
-    pair_entry, position = _csr_positions(c["starts"].astype(np.int64), lengths)
-    source = c["source"].astype(np.int64)[position]
-    sentinel = len(c["dev_node"]) - 1
-    device = np.where(source < 0, sentinel, source)
-    compat = c["dev_compat"][device]
-    whole = compat & c["dev_whole"][device]
-    fits = c["dev_fits"][device]
-    share_fits = compat & c["dev_share"][device]
-    off_node = c["dev_node"][device] != nodes[pair_entry]
-
-    def per_entry(flag: NDArray[np.bool_]) -> NDArray[np.int64]:
-        counts: NDArray[np.int64] = np.bincount(pair_entry[flag], minlength=n_entries)
-        return counts
-
-    n_compat, n_whole, n_whole_fit = per_entry(compat), per_entry(whole), per_entry(whole & fits)
-    n_share, n_share_fit = per_entry(share_fits), per_entry(share_fits & fits)
-    n_fit = per_entry(compat & fits)
-    # A named device on another node, or named twice in one entry, is a wrong count.
-    bad_names = per_entry(off_node) > 0
-    if named.any():
-        order = np.lexsort((source, pair_entry))
-        e, d = pair_entry[order], source[order]
-        twice = (e[1:] == e[:-1]) & (d[1:] == d[:-1])
-        bad_names[e[1:][twice]] = True
-    bad_names &= named
+    sets = b.device_sets
+    counts = _segment_sums(sets[:-1], b.devices_per_node)[nodes]
+    lengths = b.devices_per_node[nodes]
+    bad_names = np.zeros(n_entries, dtype=bool)
+    if b.named.any():
+        # Entries that name devices count over those devices instead; a named device on
+        # another node (or none), or named twice in one entry, is a wrong count.
+        which = np.flatnonzero(named)
+        pair = np.repeat(np.arange(len(which), dtype=np.int64), b.named_lengths)
+        source = b.named_source
+        device = np.where(source < 0, len(b.device_node) - 1, source)
+        off_node = b.device_node[device] != nodes[which][pair]
+        named_counts = _segment_sums(np.column_stack([sets[device], off_node]), b.named_lengths)
+        counts[which] = named_counts[:, :4]
+        lengths[which] = b.named_lengths
+        order = np.lexsort((source, pair))
+        e, d = pair[order], source[order]
+        twice = np.zeros(len(which), dtype=bool)
+        twice[e[1:][(e[1:] == e[:-1]) & (d[1:] == d[:-1])]] = True
+        bad_names[which] = (named_counts[:, 4] > 0) | twice
+    # For a whole-device job "available" is W (M when it fits), for a share job S (S ∩ Mm).
+    n_compat, n_available, n_available_fit, n_fit = counts.T
 
     whole_job = ~is_share & (taken > 0)
     count = np.where(
         is_share,
-        (taken > 1) | (per_option[entry_option] > 1) | (named & (lengths > 1)) | bad_names,
-        whole_job & ((n_whole < taken) | (named & (lengths != taken)) | bad_names),
-    )
-    share_short = is_share & (n_share == 0)
+        (taken > 1) | (np.repeat(per_option, per_option) > 1) | (named & (lengths > 1)),
+        whole_job & ((n_available < taken) | (named & (lengths != taken))),
+    ) | (bad_names & (is_share | whole_job))
     memory = np.where(
         is_share,
-        (n_share_fit == 0) & ((n_share > 0) | (n_fit == 0)),
-        whole_job & (n_whole >= taken) & (n_whole_fit < taken),
+        (n_available_fit == 0) & ((n_available > 0) | (n_fit == 0)),
+        whole_job & (n_available >= taken) & (n_available_fit < taken),
     )
-    accelerator_entry = is_share | (taken > 0)
-    compat_bad = np.where(accelerator_entry, n_compat == 0, ~c["node_allowed"][nodes])
-
-    def any_per_option(entry: NDArray[np.bool_]) -> NDArray[np.bool_]:
-        return np.bincount(entry_option[entry], minlength=n_total) > 0
-
-    option_total = np.bincount(entry_option, weights=taken.astype(np.float64), minlength=n_total)
-    share_option = np.isfinite(c["share"])
-    usage = np.where(share_option, c["share"], option_total)
-    with np.errstate(invalid="ignore"):
-        quota = c["has_quota"].astype(bool) & (usage > c["quota"])
-    violations = np.stack(
+    node = b.node_rules[nodes]
+    compat_bad = np.where(is_share | (taken > 0), n_compat == 0, node[:, _CLASS_REFUSED])
+    per_entry = np.stack(
         [
-            any_per_option(count) | (option_total < c["requested"]),
-            any_per_option(share_short),
-            any_per_option(memory),
-            any_per_option(c["cpu_short"].astype(bool)[nodes]),
-            any_per_option(c["memory_short"].astype(bool)[nodes]),
-            any_per_option(compat_bad),
-            any_per_option(c["affinity"].astype(bool)[nodes]),
-            any_per_option(c["anti"].astype(bool)[nodes]),
-            quota,
-            any_per_option((c["node_bad"].astype(bool))[nodes]),
+            count,
+            is_share & (n_available == 0),
+            memory,
+            node[:, _CPU_SHORT],
+            node[:, _MEMORY_SHORT],
+            compat_bad,
+            node[:, _AFFINITY],
+            node[:, _ANTI_AFFINITY],
+            taken,  # summed per option below: the option's whole accelerators (quota)
+            node[:, _DRAINED],
         ],
         axis=1,
     )
+    # One entry per option (no gangs): the entries are the options.
+    sums = per_entry if (per_option == 1).all() else _segment_sums(per_entry, per_option)
+    quota_column = SIGNALS.index(ConstraintSignal.QUOTA)
+    option_total = sums[:, quota_column].astype(np.float64)
+    violations = sums > 0
+    share = np.repeat(b.share, b.options)
+    usage = np.where(np.isnan(share), option_total, share)
+    quota = np.repeat(b.quota, b.options)
+    violations[:, 0] |= option_total < np.repeat(b.requested, b.options)
+    with np.errstate(invalid="ignore"):
+        violations[:, quota_column] = ~np.isnan(quota) & (usage > quota)
     return Feasibility(mask=np.logical_not(violations.any(axis=1)), violations=violations)
 
 
