@@ -130,7 +130,8 @@ class ServiceMetrics:
         )
         self.decisions = Counter(
             "understudy_decisions",
-            "Counterfactual decisions by policy and status (ok, error, timeout, all_infeasible).",
+            "Counterfactual decisions by policy and status (ok, all_infeasible, infeasible_choice, "
+            "error, timeout).",
             ["policy", "status"],
             registry=registry,
         )

@@ -26,12 +26,41 @@ from service.contract import MirrorRequest
 
 
 class DecisionStatus(StrEnum):
-    """Outcome of scoring one request with one policy."""
+    """Outcome of scoring one request with one policy: one vocabulary for every policy.
+
+    What each value promises (docs/policies.md, "Statuses"; `check_policy`
+    holds every policy to it, and `decision_status` is the rule itself):
+
+    - ``ok``: some option is feasible, and all probability is on feasible
+      options and defer.
+    - ``all_infeasible``: no option is feasible, and the decision defers with
+      probability 1.
+    - ``infeasible_choice``: probability on an option the mask calls infeasible.
+      Only a policy that records a decision made elsewhere may report it
+      (``records_outside_decisions``; production-mirror, when Runtime chose an
+      option Understudy's feasibility refuses); never `all_infeasible`, which
+      always means a certain defer.
+    - ``error``: no decision (no probability anywhere, `DEFER`); consumers skip it.
+    - ``timeout``: a decision as above, made over the time budget.
+    """
 
     OK = "ok"
     ALL_INFEASIBLE = "all_infeasible"
+    INFEASIBLE_CHOICE = "infeasible_choice"
     ERROR = "error"
     TIMEOUT = "timeout"
+
+
+def decision_status(mask: NDArray[np.bool_], probabilities: NDArray[np.float64]) -> DecisionStatus:
+    """The status one request's decision has by the vocabulary's rule (not error/timeout).
+
+    `mask` and `probabilities` are that request's rows. Mass on a masked option
+    is `infeasible_choice` whether or not another option was feasible; otherwise
+    `all_infeasible` exactly when no option is feasible.
+    """
+    if bool((probabilities[~mask] > 0).any()):
+        return DecisionStatus.INFEASIBLE_CHOICE
+    return DecisionStatus.OK if bool(mask.any()) else DecisionStatus.ALL_INFEASIBLE
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,7 +131,14 @@ class PolicyDecisions:
 
 @runtime_checkable
 class Policy(Protocol):
-    """What the scorer, the simulator and offline replay call."""
+    """What the scorer, the simulator and offline replay call.
+
+    A policy that records a decision made elsewhere rather than proposing one
+    (production-mirror) sets the class attribute ``records_outside_decisions =
+    True``; only such a policy may put probability on a masked option, and then
+    says so with `DecisionStatus.INFEASIBLE_CHOICE`. It is read with `getattr`,
+    so proposing policies need not declare it.
+    """
 
     @property
     def name(self) -> str:

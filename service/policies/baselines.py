@@ -22,9 +22,9 @@ throughput-greedy      a predictor's median throughput (q50)
 =====================  =====================================================
 
 Production-mirror records what happened rather than proposing anything: it
-follows Runtime even onto an option the feasibility function masks (then
-``raw_favourite_infeasible`` is True and the mass sits on a masked option —
-the one documented exception to the masking invariant), and returns
+follows Runtime even onto an option the feasibility function masks (then the
+mass sits on a masked option, the one documented exception to the masking
+invariant, and the status says so: ``infeasible_choice``), and returns
 ``ERROR`` for a request whose production decision is not yet known.
 """
 
@@ -35,7 +35,13 @@ from numpy.typing import NDArray
 
 from service.contract import DEFER, FEATURE_NAMES, MirrorRequest
 from service.contract.devices import node_devices
-from service.policies.base import DecisionStatus, Policy, PolicyDecisions, ScoringBatch
+from service.policies.base import (
+    DecisionStatus,
+    Policy,
+    PolicyDecisions,
+    ScoringBatch,
+    decision_status,
+)
 from service.policies.predictor import Predictor
 from service.policies.probabilities import ProbabilityRule, RuleKind, decide_from_scores
 
@@ -165,9 +171,16 @@ class ThroughputGreedy(_Baseline):
 
 
 class ProductionMirror:
-    """What Runtime did, as a policy: the reference every candidate is compared with."""
+    """What Runtime did, as a policy: the reference every candidate is compared with.
+
+    It records production's choice even where Understudy's mask calls it
+    infeasible (status ``infeasible_choice``, never ``all_infeasible``, which
+    promises a certain defer): the log says what production did, and the
+    disagreement with the mask is itself worth a reviewer's look.
+    """
 
     name = "production-mirror"
+    records_outside_decisions = True  # may put probability on a masked option (policies/base.py)
 
     @property
     def version(self) -> str:
@@ -175,7 +188,12 @@ class ProductionMirror:
         return BASELINE_VERSION
 
     def decide(self, batch: ScoringBatch, rng: np.random.Generator) -> PolicyDecisions:
-        """One-hot on production's option (or defer); ERROR where it is unknown."""
+        """One-hot on production's option (or defer); ERROR where it is unknown.
+
+        The status follows the one rule for every policy (`decision_status`):
+        ``infeasible_choice`` when production chose a masked option, else
+        ``all_infeasible`` when nothing was feasible (production deferred), else ``ok``.
+        """
         n_rows, n_req = len(batch.mask), batch.n_requests
         scores = np.full(n_rows, np.nan, dtype=np.float32)  # no favourite unless one is chosen
         probs = np.zeros(n_rows, dtype=np.float64)
@@ -189,17 +207,18 @@ class ProductionMirror:
                 status.append(DecisionStatus.ERROR)
                 continue
             start, end = int(batch.offsets[r]), int(batch.offsets[r + 1])
-            feasible = bool(batch.mask[start:end].any())
-            status.append(DecisionStatus.OK if feasible else DecisionStatus.ALL_INFEASIBLE)
+            mask = batch.mask[start:end]
             chosen[r] = production.option
             if production.option == DEFER:
                 defer_p[r] = 1.0
-                continue
-            row = start + production.option
-            scores[start:end] = 0.0
-            scores[row] = 1.0
-            probs[row] = 1.0
-            fav_infeasible[r] = not batch.mask[row]
+            else:
+                row = start + production.option
+                scores[start:end] = 0.0
+                scores[row] = 1.0
+                probs[row] = 1.0
+                # the raw-favourite flag's rule: only when something else was feasible
+                fav_infeasible[r] = bool(mask.any()) and not batch.mask[row]
+            status.append(decision_status(mask, probs[start:end]))
         return PolicyDecisions(
             scores=scores,
             probabilities=probs,

@@ -5,14 +5,19 @@ The registry runs them on a probe batch before accepting a policy, and the
 test suite runs them over every manifest in ``policies/``. Every problem is
 collected, so one run tells the author everything to fix.
 
-A conformant policy, on every request whose status is ``ok`` or
-``all_infeasible``:
+A conformant policy, on every request whose status is not ``error``:
 
 - returns arrays of the documented dtypes and shapes;
-- puts probability >= 0, and exactly 0 on infeasible options;
+- puts probability >= 0, and exactly 0 on infeasible options -- unless it
+  records decisions made elsewhere (``records_outside_decisions``, i.e.
+  production-mirror), and then only with status ``infeasible_choice``;
 - sums to 1 over options plus defer (within 1e-6);
-- chooses `DEFER` or an option in range, with positive probability, feasible;
-- has status ``all_infeasible`` exactly when no option is feasible, and then defers;
+- chooses `DEFER` or an option in range with positive probability, feasible
+  unless the status is ``infeasible_choice``;
+- has the status the vocabulary's rule gives (`base.decision_status`, the same
+  for every policy): ``infeasible_choice`` exactly when probability sits on a
+  masked option, else ``all_infeasible`` exactly when no option is feasible,
+  and then defers with probability 1; else ``ok``;
 - flags ``raw_favourite_infeasible`` exactly when some option is feasible and
   its highest finite raw score sits on a masked option;
 - gives identical decisions for the same batch and seed.
@@ -26,7 +31,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.contract import DEFER
-from service.policies.base import DecisionStatus, Policy, PolicyDecisions, ScoringBatch
+from service.policies.base import (
+    DecisionStatus,
+    Policy,
+    PolicyDecisions,
+    ScoringBatch,
+    decision_status,
+)
 from service.policies.errors import PolicyConformanceError
 from service.policies.predictor import THROUGHPUT_NAMES, Predictor
 from service.policies.probabilities import first_argmax
@@ -57,7 +68,9 @@ def _shape_problems(d: PolicyDecisions, n_rows: int, n_req: int) -> list[str]:
     return problems
 
 
-def _request_problems(d: PolicyDecisions, batch: ScoringBatch) -> list[str]:
+def _request_problems(
+    d: PolicyDecisions, batch: ScoringBatch, records_outside: bool = False
+) -> list[str]:
     problems: list[str] = []
     favourite = first_argmax(
         d.scores.astype(np.float64), batch.offsets, np.ones(len(batch.mask), dtype=bool)
@@ -75,24 +88,30 @@ def _request_problems(d: PolicyDecisions, batch: ScoringBatch) -> list[str]:
             continue
         if (p < 0).any() or defer < 0:
             problems.append(f"{where}: probabilities must be >= 0")
-        if (p[~mask] != 0).any():
+        if (p[~mask] != 0).any() and not records_outside:
             bad = int(np.flatnonzero((p != 0) & ~mask)[0])
             problems.append(f"{where}: option {bad} is infeasible but has probability {p[bad]}")
         total = float(p.sum() + defer)
         if abs(total - 1.0) > TOLERANCE:
             problems.append(f"{where}: probabilities plus defer sum to {total}, expected 1")
         any_feasible = bool(mask.any())
-        if (status is DecisionStatus.ALL_INFEASIBLE) == any_feasible:
-            problems.append(f"{where}: status {status} but {int(mask.sum())} options are feasible")
+        expected = decision_status(mask, p)
+        if status is not expected:
+            masked_mass = float(p[~mask].sum())
+            problems.append(
+                f"{where}: status {status}, but the rule gives {expected} "
+                f"({int(mask.sum())} feasible options, {masked_mass:g} on masked ones)"
+            )
+        outside = expected is DecisionStatus.INFEASIBLE_CHOICE
         c = int(d.chosen[r])
         if c == DEFER:
             if defer <= 0:
                 problems.append(f"{where}: chose defer, which has probability 0")
         elif not 0 <= c < end - start:
             problems.append(f"{where}: `chosen` {c} is not -1 or in [0, {end - start})")
-        elif not mask[c] or p[c] <= 0:
+        elif (not mask[c] and not outside) or p[c] <= 0:
             problems.append(f"{where}: chose option {c} (feasible={bool(mask[c])}, p={p[c]})")
-        if not any_feasible and (abs(defer - 1.0) > TOLERANCE or c != DEFER):
+        if not any_feasible and not outside and (abs(defer - 1.0) > TOLERANCE or c != DEFER):
             problems.append(f"{where}: no feasible option, so it must defer with probability 1")
         scores = d.scores[start:end]
         if end > start and np.isfinite(scores).all():
@@ -125,7 +144,8 @@ def check_policy(policy: Policy, batch: ScoringBatch, *, seed: int = 0) -> Polic
         raise PolicyConformanceError(name, [f"decide raised {type(exc).__name__}: {exc}"]) from exc
     problems = _shape_problems(first, len(batch.mask), batch.n_requests)
     if not problems:
-        problems += _request_problems(first, batch)
+        records_outside = bool(getattr(policy, "records_outside_decisions", False))
+        problems += _request_problems(first, batch, records_outside)
         if not _same(first, second):
             problems.append(f"decisions differ between two runs with seed {seed}")
     if problems:

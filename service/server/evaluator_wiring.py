@@ -70,7 +70,7 @@ from service.storage.stores.evaluation import (
 
 log = logging.getLogger(__name__)
 
-USABLE_STATUSES = frozenset({"ok", "timeout", "all_infeasible"})
+USABLE_STATUSES = frozenset({"ok", "timeout", "all_infeasible", "infeasible_choice"})
 """Decision statuses that carry a distribution (an `error` has none)."""
 SUM_TOLERANCE = 1e-6
 

@@ -39,7 +39,7 @@ import pyarrow as pa
 
 DSJSON_SCHEMA = "understudy-dsjson/1"
 """Version of the ``_understudy`` extension object."""
-USABLE_STATUSES = frozenset({"ok", "timeout", "all_infeasible"})
+USABLE_STATUSES = frozenset({"ok", "timeout", "all_infeasible", "infeasible_choice"})
 
 RewardOf = Callable[[Mapping[str, Any]], float | None]
 """A round's reward from its row (outcome columns), None when not observed."""

@@ -133,7 +133,8 @@ decisions = Table(
         "request_id", "policy_name", "policy_version", "request_time", name="decisions_pkey"
     ),
     CheckConstraint(
-        "status IN ('ok', 'all_infeasible', 'error', 'timeout')", name="decisions_status"
+        "status IN ('ok', 'all_infeasible', 'infeasible_choice', 'error', 'timeout')",
+        name="decisions_status",
     ),
     Index("decisions_policy_time", "policy_name", "policy_version", "request_time"),
     Index("decisions_time", "request_time", postgresql_using="brin"),

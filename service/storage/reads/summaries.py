@@ -16,7 +16,8 @@ class PolicySummary:
 
     Attributes:
         decisions: rows logged.
-        ok, errors, timeouts, all_infeasible: rows by status.
+        ok, errors, timeouts, all_infeasible, infeasible_choices: rows by status
+            (docs/policies.md, "Statuses"; they add up to `decisions`).
         compared: decisions whose production choice was known at scoring time.
         agreed: of those, how many chose what production chose.
         infeasible_favourites: decisions whose top raw score was masked.
@@ -34,6 +35,7 @@ class PolicySummary:
     agreed: int
     infeasible_favourites: int
     mean_latency_us: float
+    infeasible_choices: int = 0
 
     @property
     def agreement(self) -> float | None:
@@ -61,6 +63,7 @@ def policy_summaries(engine: Engine) -> list[PolicySummary]:
             count_if(d.c.agrees_with_production.is_(True)),
             count_if(d.c.raw_favourite_infeasible.is_(True)),
             func.avg(d.c.latency_us),
+            count_if(d.c.status == "infeasible_choice"),
         )
         .group_by(d.c.policy_name, d.c.policy_version)
         .order_by(d.c.policy_name, d.c.policy_version)
@@ -80,6 +83,7 @@ def policy_summaries(engine: Engine) -> list[PolicySummary]:
             agreed=int(r[8]),
             infeasible_favourites=int(r[9]),
             mean_latency_us=float(r[10] or 0.0),
+            infeasible_choices=int(r[11]),
         )
         for r in rows
     ]

@@ -33,7 +33,13 @@ from typing import Any
 from service.contract import WorkloadKind
 from service.contract.errors import InvalidInput
 
-DECISION_STATUSES: tuple[str, ...] = ("ok", "all_infeasible", "error", "timeout")
+DECISION_STATUSES: tuple[str, ...] = (
+    "ok",
+    "all_infeasible",
+    "infeasible_choice",
+    "error",
+    "timeout",
+)
 """``decisions.status`` values (the migration's CHECK constraint)."""
 ORDERS: tuple[str, ...] = ("asc", "desc")
 DEFAULT_LIMIT = 100
@@ -80,7 +86,7 @@ class DecisionFilter:
         hardware_class: the class of a node of the option the policy chose.
         disagreement: True = only decisions that differ from production's,
             False = only those that agree (decisions without production's are neither).
-        status: ``ok``, ``all_infeasible``, ``error`` or ``timeout``.
+        status: ``ok``, ``all_infeasible``, ``infeasible_choice``, ``error`` or ``timeout``.
     """
 
     since: datetime | None = None

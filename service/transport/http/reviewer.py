@@ -84,7 +84,7 @@ DECISION_PARAMETER_DOCS: dict[str, str] = {
     "and still carry a cursor.",
     "disagreement": "`true`: only decisions that differ from production's; `false`: only "
     "those that agree.",
-    "status": "One of `ok`, `all_infeasible`, `error`, `timeout`.",
+    "status": "One of `ok`, `all_infeasible`, `infeasible_choice`, `error`, `timeout`.",
     "order": "`asc` (default, oldest request first) or `desc`.",
     "limit": "Page size, 1..1000 (default 100).",
     "cursor": "`next_cursor` of the previous page (opaque; only valid with the same filters "
