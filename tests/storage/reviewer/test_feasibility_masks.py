@@ -199,6 +199,10 @@ def test_a_bad_format_is_a_400_naming_it(world: World) -> None:
     assert bad.status_code == 400 and "format" in bad.text
     assert extra.status_code == 400 and "`n`" in extra.text
     assert missing.status_code == 404
+    path = f"/v1/reviewer/requests/{request_id}/feasibility"
+    with world.client("runtime") as http:
+        assert http.get(path).status_code == 403  # reviewer and admin roles only
+    assert httpx.get(world.base + path, timeout=30).status_code == 401
 
 
 def test_unpacking_refuses_a_torn_blob() -> None:
