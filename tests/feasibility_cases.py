@@ -163,7 +163,9 @@ def random_options(
                     want += int(rng.choice([-1, 1]))
                 chosen = [int(x) for x in rng.permutation(mine)[: max(want, 0)]]
                 roll = rng.random()
-                if roll < 0.05 and chosen:
+                if roll < 0.05 and len(chosen) > 1:
+                    chosen[-1] = chosen[0]  # named twice, the count still k
+                elif roll < 0.05 and chosen:
                     chosen.append(chosen[0])  # named twice
                 elif roll < 0.1 and n_devices:
                     chosen[:1] = [int(rng.integers(0, n_devices))]  # maybe another node's
