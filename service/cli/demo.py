@@ -37,6 +37,7 @@ from rich.live import Live
 from rich.table import Table
 
 from service.auth import token_digest
+from service.cli.demo_cluster import cluster_lines
 from service.cli.demo_noise import collapsed_noise, transitions_shown_by_demo
 from service.cli.demo_payoff import NextCommands, demo_ope, drift_lines, print_next, print_ope
 from service.cli.demo_protocol import OWNER, ProtocolWatch, describe_stop, load_protocol
@@ -114,6 +115,8 @@ def run_demo(
         f"HTTP 127.0.0.1:{service.http_port}, "
         f"data in {root}/; {len(events)} events to mirror over ~{duration_s:.0f}s"
     )
+    for line in cluster_lines(events):
+        console.print(line, highlight=False)
     try:
         watch = ProtocolWatch(service, load_protocol())
         sha = watch.start(admin)

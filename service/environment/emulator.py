@@ -6,6 +6,9 @@ production schedulers do. Per option,
     score = -max(idle - take, 0) / total - share_penalty * [idle < take]
             - spread_penalty * (servers - 1)
 
+(a share job's entry takes 1 when its named device is wholly free, else 0
+and shares: the same score a single-GPU job has always had here)
+
 summed over the option's servers, where ``idle`` = GPUs with no job
 (``round(total * (1 - utilisation))`` in the contract state) and ``total`` =
 their GPUs. Fuller servers score higher (best fit keeps large holes for large
@@ -40,17 +43,24 @@ def packing_scores(
     idle: NDArray[np.float64],
     total: NDArray[np.float64],
     config: ProductionConfig,
+    would_share: NDArray[np.bool_] | None = None,
 ) -> NDArray[np.float64]:
     """Best-fit score per option, shape ``(n_options,)``; CSR inputs as `PlacementOptions`.
 
-    `idle` and `total` are per server, shape ``(n_nodes,)``.
+    `idle` and `total` are per server, shape ``(n_nodes,)``. For a share job,
+    `would_share` (per entry) says whether the entry's named device is partly
+    taken: the entry then takes no idle GPU and shares (penalised), else it
+    takes one idle GPU, as a single-GPU job always has in this score.
     """
     if len(node) == 0:
         return np.zeros(len(offsets) - 1)
     starts = offsets[:-1]
     t = take.astype(np.float64)
+    if would_share is not None:
+        t = np.where(would_share, 0.0, 1.0)
     idle_after = np.add.reduceat(np.maximum(idle[node] - t, 0.0), starts)
-    shares = np.add.reduceat((idle[node] < t).astype(np.float64), starts) > 0
+    sharing = (idle[node] < t) if would_share is None else would_share
+    shares = np.add.reduceat(sharing.astype(np.float64), starts) > 0
     total_sum = np.add.reduceat(total[node], starts)
     servers = np.diff(offsets).astype(np.float64)
     out: NDArray[np.float64] = (
@@ -58,6 +68,18 @@ def packing_scores(
         - config.share_penalty * shares
         - config.spread_penalty * (servers - 1.0)
     )
+    return out
+
+
+def would_share(request: MirrorRequest) -> NDArray[np.bool_] | None:
+    """Per entry of a share request, whether its named device is partly taken; else None."""
+    o, s = request.options, request.state
+    if not request.workload.is_share or not o.names_devices:
+        return None
+    named = np.diff(o.device_offsets) > 0
+    first = np.minimum(o.device_offsets[:-1], max(len(o.device_index) - 1, 0))
+    free = s.device_free_share[o.device_index[first]] if len(o.device_index) else np.ones(0)
+    out: NDArray[np.bool_] = named & (free < 1.0)
     return out
 
 
@@ -111,6 +133,7 @@ class ProductionEmulator:
             idle_from_state(s.accelerators_total, s.utilisation),
             s.accelerators_total.astype(np.float64),
             self.config,
+            would_share(request),
         )
 
     def decide(self, batch: ScoringBatch, rng: np.random.Generator) -> PolicyDecisions:

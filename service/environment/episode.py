@@ -200,7 +200,12 @@ def production_distribution(sim: Simulator, j: int) -> Distribution:
     config = sim.world.scenario.production
     w = sim.world
     idle = sim.idle_per_node().astype(np.float64)
-    scores = packing_scores(o.offsets, o.node, o.take, idle, w.node_gpus.astype(np.float64), config)
+    shares = None
+    if len(o.device):  # a share job: does the named device already hold a job?
+        named = o.device >= 0
+        shares = named & (o.device_free_share[np.where(named, o.device, 0)] < 1.0)
+    total = w.node_gpus.astype(np.float64)
+    scores = packing_scores(o.offsets, o.node, o.take, idle, total, config, shares)
     return emulator_distribution(scores, o.mask, config)
 
 

@@ -110,20 +110,25 @@ class PairRun:
 
 
 def pair_run(world: World, job_type: str, other_type: str, steps: tuple[float, float]) -> PairRun:
-    """Share jobs `job_type` then `other_type` (share 0.5 each) on one server, from time 0.
+    """`job_type` runs alone on each GPU of one server but one, which it shares with `other_type`.
 
-    The allocator packs the second onto the first's GPU (a partly taken
-    device first), so they run together at the pair rates until one
-    finishes. Needs `world` with one server and noise 0. Returns the
-    completions of both, simulated and in closed form from
-    ``world.pair_rate`` (measured, or modelled where the table has no pair).
+    All are share jobs (share 0.5, no memory need). The server's GPUs are
+    filled first with copies of `job_type` (the allocator takes a wholly
+    free GPU first), so the last job must share; it shares with a copy of
+    `job_type` (all copies are alike). Needs `world` with one server and
+    noise 0. Returns the completions of the shared copy and of `other_type`,
+    simulated and in closed form from ``world.pair_rate`` (measured, or the
+    documented model where the table has no pair).
     """
+    g = int(world.node_gpus[0])
     hw = world.classes[0].name
-    jobs = _jobs(world, [job_type, other_type], [1, 1], list(steps), share=[0.5, 0.5])
-    sim = Simulator(world, jobs, Randomness.draw((0,), 2, 0.0))
+    types = [job_type] * g + [other_type]
+    steps_all = [steps[0]] * g + [steps[1]]
+    jobs = _jobs(world, types, [1] * (g + 1), steps_all, share=[0.5] * (g + 1))
+    sim = Simulator(world, jobs, Randomness.draw((0,), g + 1, 0.0))
     run_production(sim)
-    if int(sim.state.gpus_of[0, 0]) != int(sim.state.gpus_of[1, 0]):
-        raise RuntimeError(f"{job_type} and {other_type} did not share a GPU")
+    shared = int(sim.state.gpus_of[g, 0])
+    host = next(j for j in range(g) if int(sim.state.gpus_of[j, 0]) == shared)
     t = world.table
     a, b = t.type_index(job_type), t.type_index(other_type)
     c = 0
@@ -136,7 +141,7 @@ def pair_run(world: World, job_type: str, other_type: str, steps: tuple[float, f
         job_type,
         other_type,
         hw,
-        simulated=(float(sim.state.finish[0]), float(sim.state.finish[1])),
+        simulated=(float(sim.state.finish[host]), float(sim.state.finish[g])),
         expected=(float(end_a), float(end_b)),
     )
 

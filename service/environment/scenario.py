@@ -14,7 +14,7 @@ Schema (all keys required unless marked optional)::
     cluster: [{hardware: K80|P100|V100, count: int, machine: Alibaba gpu_type,
                partition: MIG profile (optional; see world.MIG_PROFILES)}]
     packing: bool                 # share jobs may co-locate on one GPU (Gavel pairs)
-    sharing: {fraction: float, share: [lo, hi], infer_fraction: float}
+    sharing: {fraction: float, share: [lo, hi], infer_fraction: float, memory: bool}
                                   # optional; single-GPU jobs drawn as share jobs
                                   # (default: none, every job asks for whole GPUs)
     degrade: {class: factor}      # optional; throughput multiplier in (0, 1]
@@ -99,14 +99,18 @@ class SharingConfig:
     `infer_fraction`) or a small fine-tune (``finetune``), asking for a share
     drawn uniformly from `share` (rounded to 0.01) and the device memory of
     its model family (`service.environment.samples.family_memory_gb`, an
-    assumption: the trace has none). Multi-GPU jobs never share (Gavel
-    measured no multi-GPU pair). ``fraction = 0`` (the default): no share jobs,
-    every request asks for whole GPUs, and no extra random draw is made.
+    assumption: the trace has none; ``memory: false`` asks for none).
+    ``fraction = 1`` without memory is exactly the simulator's former
+    packing of single-GPU jobs (same options, placements and rates).
+    Multi-GPU jobs never share (Gavel measured no multi-GPU pair).
+    ``fraction = 0`` (the default): no share jobs, every request asks for
+    whole GPUs, and no extra random draw is made.
     """
 
     fraction: float = 0.0
     share: tuple[float, float] = (0.35, 0.5)
     infer_fraction: float = 0.75
+    memory: bool = True
 
 
 @dataclass(frozen=True)
@@ -227,7 +231,7 @@ def _sharing_from(doc: Any) -> SharingConfig:
         return SharingConfig()
     if not isinstance(doc, Mapping):
         raise InvalidInput("sharing", "must be a mapping")
-    unknown = set(doc) - {"fraction", "share", "infer_fraction"}
+    unknown = set(doc) - {"fraction", "share", "infer_fraction", "memory"}
     if unknown:
         raise InvalidInput(f"sharing.{sorted(unknown)[0]}", "is not a sharing key")
     share = doc.get("share", SharingConfig().share)
@@ -237,6 +241,7 @@ def _sharing_from(doc: Any) -> SharingConfig:
             fraction=float(doc.get("fraction", 0.0)),
             share=(lo, hi),
             infer_fraction=float(doc.get("infer_fraction", SharingConfig().infer_fraction)),
+            memory=bool(doc.get("memory", True)),
         )
     except (TypeError, ValueError) as exc:
         raise InvalidInput("sharing", f"is not a valid sharing config: {exc}") from exc

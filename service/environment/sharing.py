@@ -59,11 +59,11 @@ def device_free_memory_gb(w: World, s: SimState) -> NDArray[np.float64]:
 def share_options(w: World, jobs: EpisodeJobs, s: SimState, j: int, pair_rate: PairRate) -> Options:
     """One option per server for share job `j`, each naming the device it would use.
 
-    The server's allocator (Runtime's, not the policy's) picks the device:
-    among those with enough free share and memory on an allowed class,
-    a partly taken one first (bin-packing keeps whole GPUs for whole-GPU
-    jobs), the one whose tenant lets `j` run fastest; else the first wholly
-    free one. A server with no such device names none (its option is
+    The server's allocator (Runtime's, not the policy's) picks the device,
+    as the simulator's allocator always has: among those with enough free
+    share and memory on an allowed class, a wholly free one first (the job
+    runs fastest alone); else the partly taken one whose tenant lets `j` run
+    fastest. A server with no such device names none (its option is
     infeasible: the contract finds no device with the share and memory).
     """
     assert jobs.share is not None and jobs.memory_gb is not None
@@ -83,13 +83,13 @@ def share_options(w: World, jobs: EpisodeJobs, s: SimState, j: int, pair_rate: P
         cand = np.flatnonzero(usable[lo:hi]) + lo
         if not len(cand):
             continue
-        shared = cand[s.occ[cand, 0] >= 0]
-        if len(shared):
-            c = int(w.node_class[n])
-            rates = [pair_rate(j, int(s.occ[g, 0]), c) for g in shared]
-            device[e] = int(shared[int(np.argmax(rates))])
+        idle = cand[s.occ[cand, 0] < 0]
+        if len(idle):
+            device[e] = int(idle[0])
         else:
-            device[e] = int(cand[0])
+            c = int(w.node_class[n])
+            rates = [pair_rate(j, int(s.occ[g, 0]), c) for g in cand]
+            device[e] = int(cand[int(np.argmax(rates))])
     cls = w.node_class[nodes]
     mask = (device >= 0) & ~w.node_draining[nodes] & allowed[cls]
     return Options(

@@ -256,7 +256,7 @@ class World:
         all_types = np.concatenate([bg_types, types])
         all_gpus = np.concatenate([np.ones(n_bg, dtype=np.int64), gpus])
         all_steps = np.concatenate([bg_steps, steps])
-        share, memory, infer = self._draw_shares(rng, all_types, all_gpus, n_bg)
+        share, memory, infer = self._draw_shares(rng, all_types, all_gpus)
         return EpisodeJobs(
             type_idx=all_types,
             gpus=all_gpus,
@@ -276,26 +276,24 @@ class World:
         rng: np.random.Generator,
         types: NDArray[np.int64],
         gpus: NDArray[np.int64],
-        n_bg: int,
     ) -> _Shares:
         """The sharing rule (`SharingConfig`): which single-GPU jobs ask for a share.
 
         Drawn after every other draw of the episode and only when sharing is
         on, so scenarios without sharing get exactly the episodes they had.
-        Background jobs hold whole GPUs.
+        Background jobs (single-GPU) follow the same rule.
         """
         cfg = self.scenario.sharing
         if cfg.fraction <= 0:
             return None, None, None
         n = len(types)
         pick = (rng.random(n) < cfg.fraction) & (gpus == 1)
-        pick[:n_bg] = False
         lo, hi = cfg.share
         share = np.where(pick, np.round(rng.uniform(lo, hi, n), 2), 0.0)
         share = np.where(pick, np.clip(share, np.nextafter(1 / 3, 1), 0.5), 0.0)
         infer = pick & (rng.random(n) < cfg.infer_fraction)
         family = [family_memory_gb(self.table.job_types[int(t)]) for t in types]
-        memory = np.where(pick, np.asarray(family, dtype=np.float64), 0.0)
+        memory = np.where(pick & cfg.memory, np.asarray(family, dtype=np.float64), 0.0)
         return share, memory, infer
 
     def _background_count(self) -> int:

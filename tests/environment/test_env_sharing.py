@@ -23,8 +23,9 @@ from service.environment import (
     new_episode,
     on_policy,
 )
-from service.environment.reproduction import bench_world, measured_pairs, pair_run
+from service.environment.reproduction import _jobs, bench_world, measured_pairs, pair_run
 from service.environment.scenario import SharingConfig
+from service.environment.sim import Randomness, Simulator
 
 
 def _pair_rows() -> list[dict[str, str]]:
@@ -61,23 +62,23 @@ def test_co_located_rates_are_the_measured_pair_values(
         a, b = pairs[int(i)]
         sim = _two_sharing(world, a, b)
         assert sim.state.rate[0] == csv_rate[(a, b)]
-        assert sim.state.rate[1] == csv_rate[(b, a)]
+        assert sim.state.rate[2] == csv_rate[(b, a)]
         run = pair_run(world, a, b, (5000.0, 3000.0))
         np.testing.assert_allclose(run.simulated, run.expected, rtol=1e-9)
 
 
-def _two_sharing(world: World, a: str, b: str):  # type: ignore[no-untyped-def]
-    """Two share jobs placed on one GPU of `world` (one server), right after both start."""
-    from service.environment.reproduction import _jobs
-    from service.environment.sim import Randomness, Simulator
+def _two_sharing(world: World, a: str, b: str) -> Simulator:
+    """Share jobs `a` and `b` on one GPU of `world` (one 2-GPU server), right after both start.
 
-    jobs = _jobs(world, [a, b], [1, 1], [1e6, 1e6], share=[0.5, 0.5])
-    sim = Simulator(world, jobs, Randomness.draw((0,), 2, 0.0))
-    for _ in range(2):
+    A whole-GPU job takes the other GPU in between, so `b` must join `a`.
+    """
+    jobs = _jobs(world, [a, a, b], [1, 1, 1], [1e6, 1e9, 1e6], share=[0.5, 0.0, 0.5])
+    sim = Simulator(world, jobs, Randomness.draw((0,), 3, 0.0))
+    for _ in range(3):
         j = sim.next_decision()
         assert j is not None
         assert sim.apply(j, int(np.flatnonzero(sim.options(j).mask)[0]))
-    assert sim.state.gpus_of[0, 0] == sim.state.gpus_of[1, 0]
+    assert sim.state.gpus_of[0, 0] == sim.state.gpus_of[2, 0] != sim.state.gpus_of[1, 0]
     return sim
 
 
@@ -91,14 +92,8 @@ def test_a_missing_pair_follows_the_documented_model(
     pair = table.pair.copy()
     pair[ia, ib, c] = np.nan
     knocked = dataclasses.replace(table, pair=pair)
-    base = scenarios["train"].replace(
-        nodes=(dataclasses.replace(scenarios["train"].nodes[1], count=1),),
-        noise_sigma=0.0,
-        background_fraction=0.0,
-        draining=(),
-        degrade={},
-    )
-    world = World(base, table=knocked)
+    base = bench_world(scenarios["train"], "V100", "P100", 1, sigma=0.0)  # one 2-GPU server
+    world = World(base.scenario, table=knocked)
     assert not world.pair_measured[ia, ib, 0] and world.pair_measured[ib, ia, 0]
 
     alone = _alone_rows()
@@ -113,7 +108,7 @@ def test_a_missing_pair_follows_the_documented_model(
     sim = _two_sharing(world, a, b)
     assert sim.state.rate[0] == pytest.approx(expected, rel=1e-12)
     assert sim.state.rate[0] != alone[(a, "v100")]
-    assert sim.state.rate[1] == float(table.pair[ib, ia, c])  # the other way is measured
+    assert sim.state.rate[2] == float(table.pair[ib, ia, c])  # the other way is measured
 
 
 def test_scenarios_without_sharing_draw_the_same_episodes(scenarios: dict[str, Scenario]) -> None:
@@ -175,3 +170,38 @@ def test_packing_off_means_share_jobs_never_co_locate(scenarios: dict[str, Scena
     while (j := sim.next_decision()) is not None:
         assert (sim.state.occ[:, 1] < 0).all()
         sim.apply(j, int(np.flatnonzero(sim.options(j).mask)[0]))
+
+
+def test_every_single_gpu_job_sharing_without_memory_is_the_former_packing(
+    scenarios: dict[str, Scenario],
+) -> None:
+    """``fraction = 1, memory = false``: a single-GPU job's option on a server is feasible iff
+    the server (up, allowed class) has an idle GPU or one held by exactly one single-GPU job
+    with a positive pair both ways: the packing rule the simulator had before contract v2."""
+    world = World(
+        scenarios["train"].replace(
+            background_fraction=0.5, sharing=SharingConfig(fraction=1.0, memory=False)
+        )
+    )
+    sim = new_episode(world, 5, 0)
+    jobs, checked = sim.jobs, 0
+    while (j := sim.next_decision()) is not None:
+        o, s = sim.options(j), sim.state
+        if jobs.gpus[j] == 1:
+            for i in range(o.n):
+                n = int(o.node[i])
+                c = int(world.node_class[n])
+                ok = False
+                for g in range(int(world.gpu_start[n]), int(world.gpu_start[n + 1])):
+                    t0, t1 = int(s.occ[g, 0]), int(s.occ[g, 1])
+                    ok |= t0 < 0 or (
+                        t1 < 0
+                        and jobs.gpus[t0] == 1
+                        and world.pair_rate[jobs.type_idx[j], jobs.type_idx[t0], c] > 0
+                        and world.pair_rate[jobs.type_idx[t0], jobs.type_idx[j], c] > 0
+                    )
+                ok &= not world.node_draining[n] and bool(world.allowed[jobs.type_idx[j], 0, c])
+                assert bool(o.mask[i]) == ok
+                checked += 1
+        sim.apply(j, int(np.flatnonzero(o.mask)[0]))
+    assert checked > 100
