@@ -101,7 +101,8 @@ def _whole_left(request: MirrorRequest) -> NDArray[np.float64]:
     o, s = request.options, request.state
     if s.has_devices:
         devices = node_devices(s)
-        free = np.bincount(devices.node, weights=devices.free_share >= 1.0, minlength=s.n_nodes)
+        wholly = (devices.free_share >= 1.0).astype(np.float64)
+        free = np.bincount(devices.node, weights=wholly, minlength=s.n_nodes).astype(np.float64)
     else:
         free = s.accelerators_free.astype(np.float64)
     left: NDArray[np.float64] = free[o.node_index] - o.accelerators

@@ -240,6 +240,7 @@ def build_drift_section(
                 f"{period.psi_max:.4f}",
                 ", ".join(period.unseen_hardware) or "none",
                 ", ".join(period.unseen_kinds) or "none",
+                ", ".join(period.unseen_qos) or "none",
                 "n/a" if math.isnan(share) else f"{share:.1%}",
             ]
         )
@@ -271,6 +272,7 @@ def build_drift_section(
                 "ks": dict(zip(p.summary.reference.names, _finite(period.ks), strict=True)),
                 "unseen_hardware": list(period.unseen_hardware),
                 "unseen_kinds": list(period.unseen_kinds),
+                "unseen_qos": list(period.unseen_qos),
                 "out_of_support_decisions": period.out_of_support_decisions,
                 "decisions": period.decisions,
                 "figure": f"figures/{fig}",
@@ -282,8 +284,8 @@ def build_drift_section(
                 f" windows of {p.windows.window_requests} requests; its estimates there"
                 " extrapolate beyond what it was trained on."
             )
-        if period.unseen_hardware or period.unseen_kinds:
-            unseen = ", ".join([*period.unseen_hardware, *period.unseen_kinds])
+        if period.unseen_hardware or period.unseen_kinds or period.unseen_qos:
+            unseen = ", ".join([*period.unseen_hardware, *period.unseen_kinds, *period.unseen_qos])
             limitations.append(f"`{name}` scored categories never seen in training: {unseen}.")
     head = [
         "policy",
@@ -293,6 +295,7 @@ def build_drift_section(
         "PSI max (period)",
         "unseen hardware",
         "unseen kinds",
+        "unseen QoS",
         "out-of-support decisions",
     ]
     intro = (
