@@ -104,7 +104,7 @@ def log_summary(service: Service, sent: int) -> str:
     assert service.engine is not None
     statuses = {
         status: count_decisions(service.engine, NAME, status=status)
-        for status in ("ok", "timeout", "all_infeasible", "error")
+        for status in ("ok", "timeout", "all_infeasible", "infeasible_choice", "error")
     }
     return (
         f"{count_joined_outcomes(service.engine)} of {sent} outcomes joined;"

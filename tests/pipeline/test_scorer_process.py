@@ -96,7 +96,7 @@ def test_process_mode_logs_every_decision_with_metrics_and_drift(
     counted = sum(
         metric(service, "understudy_decisions_total", {"policy": p, "status": s}) or 0.0
         for p in policies
-        for s in ("ok", "timeout", "error", "all_infeasible")
+        for s in ("ok", "timeout", "error", "all_infeasible", "infeasible_choice")
     )
     assert counted == len(ids) * len(policies)
     assert metric(service, "understudy_db_write_batches_total", {"result": "ok"})

@@ -93,7 +93,7 @@ def test_every_request_is_logged_once_with_every_policys_decision(
         assert logged == len(ids), name
         counted = sum(
             value("understudy_decisions_total", {"policy": name, "status": s}) or 0.0
-            for s in ("ok", "error", "timeout", "all_infeasible")
+            for s in ("ok", "error", "timeout", "all_infeasible", "infeasible_choice")
         )
         assert counted == logged, name
         for status in ("ok", "error", "all_infeasible"):
@@ -105,7 +105,8 @@ def test_every_request_is_logged_once_with_every_policys_decision(
     assert set(summaries) == set(policies)
     for name, summary in summaries.items():
         assert summary.decisions == count_decisions(engine, name)
-        assert summary.ok + summary.errors + summary.timeouts + summary.all_infeasible == len(ids)
+        by_status = summary.ok + summary.errors + summary.timeouts + summary.all_infeasible
+        assert by_status + summary.infeasible_choices == len(ids)
         flagged = value("understudy_raw_favourite_infeasible_total", {"policy": name}) or 0.0
         assert summary.infeasible_favourites == flagged, name
     mirror = summaries["production-mirror"]
