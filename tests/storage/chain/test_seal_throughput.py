@@ -21,7 +21,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from service.contract import MirrorRequest
-from service.storage import DecisionLogWriter, downgrade, ensure_partitions, make_engine
+from service.storage import DecisionLogWriter, ensure_partitions, make_engine
 from service.storage.chain.anchor import Anchor, load_key
 from service.storage.chain.seal import ChainSealer
 from service.storage.chain.verify import verify
@@ -97,14 +97,6 @@ def _small_seals(engine: Engine, sealer: ChainSealer, base: MirrorRequest) -> li
     return times
 
 
-CONTRACT_V2_COLUMNS = (
-    "ALTER TABLE requests ADD COLUMN feasibility_version text, "
-    "ADD COLUMN feasibility_bits bytea, ADD COLUMN production_probabilities_f64 bytea, "
-    "ADD COLUMN qos_class text"
-)
-"""Migration 0010's request columns, on a log downgraded below it."""
-
-
 def test_sealing_and_write_overhead(
     fresh_db: Callable[[bool], str],
     requests_sample: list[MirrorRequest],
@@ -114,10 +106,10 @@ def test_sealing_and_write_overhead(
     base = requests_sample[0]
     n = N_REQUESTS * N_POLICIES
     plain_url = fresh_db(True)
-    downgrade(plain_url, "0004")  # the decision log without the chain columns and index
     plain = make_engine(plain_url)
-    with plain.begin() as conn:  # but with the request columns today's writer fills (0010)
-        conn.execute(text(CONTRACT_V2_COLUMNS))
+    with plain.begin() as conn:  # today's decision log without the chain columns and index
+        for table in ("decisions", "outcomes", "requests"):
+            conn.execute(text(f"ALTER TABLE {table} DROP COLUMN chain_seq, DROP COLUMN chain_xid"))
     chained = make_engine(fresh_db(True))
     try:
         without = _write_rounds(plain, base, outcomes=False)
