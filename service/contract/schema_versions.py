@@ -75,6 +75,6 @@ def check_schema_1(request: MirrorRequest) -> None:
     if o.names_devices or len(o.device_index):
         field = "options.device_offsets" if o.names_devices else "options.device_index"
         raise InvalidInput(field, V1_REFUSAL)
-    field = _production_fields(request.production)
-    if field is not None:
-        raise InvalidInput(field, V1_REFUSAL)
+    production_field = _production_fields(request.production)
+    if production_field is not None:
+        raise InvalidInput(production_field, V1_REFUSAL)

@@ -43,7 +43,7 @@ _KIND_FROM_PB = {
     pb.WORKLOAD_KIND_INFER: WorkloadKind.INFER,
     pb.WORKLOAD_KIND_BATCH: WorkloadKind.BATCH,
 }
-_KIND_TO_PB = {v: k for k, v in _KIND_FROM_PB.items()}
+_KIND_TO_PB: dict[str, pb.WorkloadKind] = {v.value: k for k, v in _KIND_FROM_PB.items()}
 _FAILURE_FROM_PB = {
     pb.FAILURE_KIND_NONE: FailureKind.NONE,
     pb.FAILURE_KIND_OOM: FailureKind.OOM,
@@ -209,7 +209,7 @@ def workload_to_pb(w: Workload, schema_version: int = SCHEMA_VERSION) -> pb.Work
     """Protobuf form of a `Workload`: the enum for a known kind, and from schema 2 on
     (or for a kind the enum cannot say, which the validator then refuses in schema 1)
     the kind's name too."""
-    known = _KIND_TO_PB.get(w.kind)  # type: ignore[call-overload]
+    known = _KIND_TO_PB.get(str(w.kind))
     msg = pb.Workload(
         workload_id=w.workload_id,
         kind=pb.WORKLOAD_KIND_UNSPECIFIED if known is None else known,
