@@ -10,6 +10,7 @@ refusal is counted by reason.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -164,3 +165,27 @@ def test_cumulative_accepted_acks_are_unchanged(
     assert rejected_at < first_covering_5
     assert (acks[-1].accepted, acks[-1].shed, acks[-1].rejected) == (9, 0, 1)
     assert _journaled(service) == [f"m{i}" for i in range(1, 11) if i != 5]
+
+
+def test_an_oversized_message_is_refused_under_its_own_sequence(
+    make_service: Callable[..., Service],
+    auth: Metadata,
+    requests_sample: list[MirrorRequest],
+) -> None:
+    """Too large to parse, but numbered: the ack gives its leading sequence, not 0."""
+    service = make_service(scoring_enabled=False, max_request_bytes=16_384)
+    sample = requests_sample[0]
+    big = mirror_request_to_pb(sample)
+    big.state.cpu_free.extend([1.0] * 8192)
+    small = _envelope(sample, 1, "small")
+    assert len(small) < 16_384, "the sample must fit the limit"
+    raws = [
+        small,
+        shadow_pb2.MirrorStreamRequest(sequence=2, request=big).SerializeToString(),
+        _envelope(sample, 3, "after"),
+    ]
+    with grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        acks = _stream(channel, raws, auth)
+    assert _refused(acks) == [(REJECTED, 2, "message", "payload_too_large")]
+    assert (acks[-1].sequence, acks[-1].accepted, acks[-1].rejected) == (3, 2, 1)
+    assert _refusals(service, "payload_too_large") == 1
