@@ -4,8 +4,11 @@ Layers, inner to outer (each imports only those above it)::
 
     data         Gavel throughputs, Philly-derived traces, Philly surge, Alibaba shapes
     scenario     YAML conditions (scenarios/*.yaml): training + held-out
-    world        a scenario bound to the data: servers, rates, job source
+    colocation   co-located rates: Gavel's pairs, the model where one is missing
+    partitions   MIG-style partition classes (published profiles)
+    world        a scenario bound to the data: servers, devices, rates, job source
     sim_state    keyed randomness, a request's options, the mutable state
+    sharing      share jobs on devices: free share / memory, a share job's options
     sim          the discrete-event core: options, placement, sharing, forks
     emulator     the production (logging) policy; reference: simple baselines
     episode      seeding, the contract view (MirrorRequest/Outcome), drivers
