@@ -61,7 +61,7 @@ def nan_on_inference_model() -> bytes:
 
 
 def reshaping_model() -> bytes:
-    """Reshapes the rows to width 4: fails in ONNX Runtime when rows * 26 is not divisible."""
+    """Reshapes the rows to width 4: fails in ONNX Runtime when rows * 38 is not divisible by 4."""
     return tiny_model(
         [
             helper.make_node("Reshape", ["features", "shape"], ["wide"]),
@@ -128,7 +128,7 @@ def test_onnx_runtime_failure_becomes_a_scoring_error(batch: ScoringBatch) -> No
         policy.decide(odd, np.random.default_rng(0))
     even = dataclasses.replace(odd, features=batch.features[:50], mask=batch.mask[:50])
     even = dataclasses.replace(even, offsets=np.array([0, 50], dtype=np.int64))
-    with pytest.raises(PolicyScoringError, match=r"expected 50 scores, got \(325,\)"):
+    with pytest.raises(PolicyScoringError, match=r"expected 50 scores, got \(475,\)"):
         policy.decide(even, np.random.default_rng(0))
     run = decide_isolated(policy, odd, np.random.default_rng(0))
     assert run.decisions.status == (DecisionStatus.ERROR,) and "ONNX Runtime failed" in str(

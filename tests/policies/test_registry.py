@@ -143,11 +143,11 @@ REFUSALS = [
         SCORER,
         r"`inputs` names are \['x'\] in the manifest, \['features'\] in the model",
     ),
-    (wrong_manifest_shape, SCORER, r"`inputs\[0\].shape` must be \[N, 26\], got \['N', 25\]"),
+    (wrong_manifest_shape, SCORER, r"`inputs\[0\].shape` must be \[N, 38\], got \['N', 25\]"),
     (
         model_of_other_shape,
         SCORER,
-        r"`inputs\[0\].shape` is \['N', 26\] in the manifest, \[.*14\] in the model",
+        r"`inputs\[0\].shape` is \['N', 38\] in the manifest, \[.*14\] in the model",
     ),
     (
         wrong_output_dtype,
