@@ -12,6 +12,7 @@ from service.contract import (
     SIGNALS,
     ClusterState,
     ConstraintSignal,
+    HardwareClass,
     PlacementOptions,
     Workload,
     WorkloadKind,
@@ -113,3 +114,87 @@ def test_gang_option_is_infeasible_if_any_member_is() -> None:
     f = check_feasibility(cluster(), job(accelerators=4, gang_size=2), options)
     assert f.mask.tolist() == [True, False]
     assert f.failed(1) == (ConstraintSignal.DRAIN,)
+
+
+MIG = HardwareClass("A100-80GB-3g.40gb", 40.0, 156.0, 1000.0, None)
+
+
+def shared_node(shares: list[float], memory: list[float], classes: list[int]) -> ClusterState:
+    """One A100 node whose devices are sent: free shares, free memory, class per device."""
+    base = cluster()
+    one = {
+        f.name: getattr(base, f.name)[:1]
+        for f in dataclasses.fields(base)
+        if f.name.startswith(("node_ids", "accelerators_", "cpu_", "memory_"))
+        or f.name in ("utilisation", "queue_length", "healthy", "draining", "zone", "locality")
+    }
+    one["labels"] = (frozenset(),)
+    return dataclasses.replace(
+        base,
+        **one,
+        hardware=(KNOWN_HARDWARE["A100-80GB"], MIG),
+        node_hardware=frozen_array([0], np.int32),
+        device_offsets=frozen_array([0, len(shares)], np.int64),
+        device_hardware=frozen_array(classes, np.int32),
+        device_free_share=frozen_array(shares, np.float32),
+        device_free_memory_gb=frozen_array(memory, np.float32),
+        device_ids=tuple(f"gpu{i}" for i in range(len(shares))),
+    )
+
+
+def share_job(share: float, memory: float, **changes: object) -> Workload:
+    return job(accelerators=0, accelerator_share=share, accelerator_memory_gb=memory, **changes)
+
+
+def test_a_share_needs_room_and_memory_on_one_device() -> None:
+    # gpu0 has 19% free; gpu1 has 50% free but 10 GB; gpu2 is wholly taken.
+    node = shared_node([0.19, 0.5, 0.0], [60.0, 10.0, 0.0], [0, 0, 0])
+    one = single_node_options(np.array([0], dtype=np.int32), 1)
+    S = ConstraintSignal
+    assert check_feasibility(node, share_job(0.44, 8.0), one).failed(0) == ()
+    assert check_feasibility(node, share_job(0.44, 20.0), one).failed(0) == (
+        S.ACCELERATOR_MEMORY,
+    )  # room on gpu1, memory on gpu0: not on one device
+    assert check_feasibility(node, share_job(0.6, 20.0), one).failed(0) == (S.ACCELERATOR_SHARE,)
+    assert set(check_feasibility(node, share_job(0.6, 70.0), one).failed(0)) == {
+        S.ACCELERATOR_SHARE,
+        S.ACCELERATOR_MEMORY,
+    }
+    two = single_node_options(np.array([0], dtype=np.int32), 2)
+    assert check_feasibility(node, share_job(0.44, 8.0), two).failed(0) == (S.ACCELERATOR_COUNT,)
+
+
+def test_a_partition_is_judged_by_its_own_class() -> None:
+    """A job allowed only on the 3g.40gb partition fits the partition of an A100 node."""
+    node = shared_node([1.0, 1.0], [80.0, 40.0], [0, 1])
+    one = single_node_options(np.array([0], dtype=np.int32), 1)
+    only_mig = job(accelerators=1, allowed_hardware=frozenset({MIG.name}))
+    assert check_feasibility(node, only_mig, one).failed(0) == ()
+    two = single_node_options(np.array([0], dtype=np.int32), 2)
+    assert check_feasibility(node, only_mig, two).failed(0) == (ConstraintSignal.ACCELERATOR_COUNT,)
+    cpu_only = job(accelerators=0, allowed_hardware=frozenset({MIG.name}))
+    zero = single_node_options(np.array([0], dtype=np.int32), 0)
+    assert check_feasibility(node, cpu_only, zero).failed(0) == (
+        ConstraintSignal.HARDWARE_COMPATIBILITY,
+    )  # no accelerators taken: the node's own class decides
+
+
+def test_named_devices_must_be_the_entry_s_own_and_fit() -> None:
+    node = shared_node([1.0, 0.3, 1.0], [80.0, 80.0, 80.0], [0, 0, 0])
+
+    def named(devices: list[int], k: int) -> PlacementOptions:
+        return PlacementOptions(
+            node_offsets=frozen_array([0, 1], np.int64),
+            node_index=frozen_array([0], np.int32),
+            accelerators=frozen_array([k], np.int32),
+            option_ids=("",),
+            device_offsets=frozen_array([0, len(devices)], np.int64),
+            device_index=frozen_array(devices, np.int32),
+        )
+
+    two = job(accelerators=2)
+    assert check_feasibility(node, two, named([0, 2], 2)).failed(0) == ()
+    for devices in ([0, 1], [0, 0], [0], [0, 7]):  # partly taken, twice, too few, no such
+        assert check_feasibility(node, two, named(devices, 2)).failed(0) == (
+            ConstraintSignal.ACCELERATOR_COUNT,
+        ), devices
