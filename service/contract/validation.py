@@ -49,6 +49,10 @@ class RequestLimits:
     max_nodes: int = 100_000
     max_nodes_per_option: int = 1_024
     max_id_length: int = 256
+    # Accelerator devices in one snapshot, sent or derived from the node counts
+    # (contract/devices.py builds one entry per device: an unbounded count would be
+    # an unbounded allocation on every feasibility and feature pass).
+    max_devices: int = 1_000_000
 
 
 _DEFAULT_LIMITS = RequestLimits()
@@ -154,9 +158,25 @@ def validate_state(request: MirrorRequest, limits: RequestLimits) -> None:
             _check_quantity(f"state.hardware[{i}].{name}", getattr(hw, name))
     if not _columns_clean(s, n):
         _check_columns(s, n)
+    _check_device_count(s, limits.max_devices)
     if s.has_devices:  # requests without devices skip the device rules entirely
         check_devices(s, n, limits.max_id_length)
     check_accelerator_classes(s)
+
+
+def _check_device_count(s: ClusterState, max_devices: int) -> None:
+    """At most `max_devices` devices, counted as sent or as the node shortcut derives them."""
+    if s.has_devices and len(s.device_hardware) > max_devices:
+        raise InvalidInput(
+            "state.device_hardware",
+            f"must describe at most {max_devices} devices, got {len(s.device_hardware)}",
+        )
+    total = int(np.add.reduce(s.accelerators_total, dtype=np.int64))
+    if total > max_devices:
+        raise InvalidInput(
+            "state.accelerators_total",
+            f"must sum to at most {max_devices} devices in one snapshot, got {total}",
+        )
 
 
 def _columns_clean(s: ClusterState, n: int) -> bool:

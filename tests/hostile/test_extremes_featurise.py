@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from service.contract import DEFAULT_FEATURES, InvalidInput, MirrorRequest, check_feasibility
-from service.contract.validation import MAX_QUANTITY, validate_request
+from service.contract.validation import MAX_QUANTITY, RequestLimits, validate_request
 from service.wire.convert import mirror_request_from_pb, mirror_request_to_pb
 
 INT32_MAX = 2**31 - 1
@@ -36,8 +36,11 @@ def test_the_largest_accepted_values_featurise_finitely(
     n = len(s.node_ids)
     for name in ("cpu_free", "cpu_total", "memory_free_gb", "memory_total_gb"):
         getattr(s, name)[:] = [FLOAT32_MAX] * n
-    for name in ("accelerators_free", "accelerators_total", "queue_length"):
-        getattr(s, name)[:] = [INT32_MAX] * n
+    s.queue_length[:] = [INT32_MAX] * n
+    # accelerators: the most devices a snapshot may hold (each becomes a device entry)
+    per_node = RequestLimits().max_devices // n
+    for name in ("accelerators_free", "accelerators_total"):
+        getattr(s, name)[:] = [per_node] * n
     msg.options.accelerators[:] = [INT32_MAX] * len(msg.options.accelerators)
     msg.quota_remaining = 1e308
     request = mirror_request_from_pb(msg)
@@ -54,4 +57,16 @@ def test_a_quantity_over_the_cap_is_refused_naming_it(requests_sample: list[Mirr
     with pytest.raises(
         InvalidInput, match=r"`state.hardware\[0\].peak_dense_tflops` must be at most"
     ):
+        validate_request(mirror_request_from_pb(msg))
+
+
+def test_more_devices_than_a_snapshot_may_hold_are_refused_naming_the_field(
+    requests_sample: list[MirrorRequest],
+) -> None:
+    """INT32_MAX accelerators on every node would be derived into 2^31 devices a node
+    (contract/devices.py): refused before any feasibility or feature pass allocates them."""
+    msg = mirror_request_to_pb(requests_sample[0])
+    n = len(msg.state.node_ids)
+    msg.state.accelerators_total[:] = [INT32_MAX] * n
+    with pytest.raises(InvalidInput, match=r"`state.accelerators_total` must sum to at most"):
         validate_request(mirror_request_from_pb(msg))

@@ -443,6 +443,13 @@ CASES: list[Case] = [
         "`state.hardware[1].accelerator_memory_gb` is 0 (a CPU pool) but node 0",
         "state.hardware[].accelerator_memory_gb",
     ),
+    Case(
+        "more devices than a snapshot may hold",
+        _plain,
+        *_same("state.accelerators_total.0", 2**31 - 1),
+        "`state.accelerators_total` must sum to at most 1000000 devices",
+        "state.accelerators_total",
+    ),
     # ---- schema 1 may carry no schema-2 field
     Case(
         "v1 with devices",
