@@ -199,9 +199,8 @@ _COMPATIBLE, _AVAILABLE, _AVAILABLE_FITS, _COMPATIBLE_FITS = range(4)
 class _Batch:
     """Per-request columns of a batch, joined (one request: its own arrays, no copy).
 
-    Every comparison of a request's floating columns with its workload's
-    numbers is made per request, vectorised over that request's nodes or
-    devices, in that request's precision; both forms therefore compare the
+    Every comparison of a request's columns with its workload's numbers is
+    made in that request's precision (`_batch`), so both forms compare the
     same values the same way. Devices stay in CSR order over the joined
     nodes; the device tables end with one sentinel device (on no node,
     fitting nothing) that an invalid named device index points at.
@@ -231,39 +230,38 @@ def _join(parts: list[NDArray[Any]], dtype: Any) -> NDArray[Any]:
 
 
 def _batch(items: Sequence[FeasibilityItem]) -> _Batch:
-    """The joined columns of `items` (see `_Batch`)."""
-    node_rules, device_rules, device_node, per_node = [], [], [], []
-    nodes, taken, named_lengths, named_source, per_option = [], [], [], [], []
-    node_base = dev_base = 0
+    """The joined columns of `items` (see `_Batch`).
+
+    Host CPU and memory are compared per request (their columns' precision
+    may differ between requests); device columns are float32 whatever the
+    request (`node_devices`), so a device's share and memory are compared
+    once for the batch, against each request's need cast to float32 — what
+    a Python number against a float32 column compares as.
+    """
+    cpu_short, memory_short, node_class, draining, healthy = [], [], [], [], []
+    class_allowed, class_usable, labelled = [], [], []
+    device_class, free_share, free_memory, device_node, per_node = [], [], [], [], []
+    nodes, taken, named_lengths, named_source, per_option, n_devices = [], [], [], [], [], []
+    node_base = dev_base = class_base = 0
     with np.errstate(over="ignore"):  # a need beyond float32 is a shortfall (inf)
         for state, workload, options, _ in items:
             devices = node_devices(state)
-            allowed_cls, accel_cls = _class_rules(state, workload)
-            affinity, anti = _node_label_rules(state, workload)
-            node_rules.append(
-                np.stack(
-                    [
-                        state.cpu_free < workload.cpu_per_node,
-                        state.memory_free_gb < workload.memory_per_node_gb,
-                        ~allowed_cls[np.asarray(state.node_hardware, dtype=np.int64)],
-                        affinity,
-                        anti,
-                        np.asarray(state.draining, bool) | ~np.asarray(state.healthy, bool),
-                    ],
-                    axis=1,
-                )
-            )
-            share = workload.accelerator_share
-            device_rules.append(
-                _device_sets(
-                    (allowed_cls & accel_cls)[devices.hardware],
-                    devices.free_share >= (1.0 if share is None else share),
-                    # Unknown (NaN) free memory fits: NaN < need is False.
-                    ~(devices.free_memory_gb < workload.accelerator_memory_gb),
-                )
-            )
+            allowed, accelerators = _class_rules(state, workload)
+            class_allowed.append(allowed)
+            class_usable.append(allowed & accelerators)
+            cpu_short.append(state.cpu_free < workload.cpu_per_node)
+            memory_short.append(state.memory_free_gb < workload.memory_per_node_gb)
+            node_class.append(np.asarray(state.node_hardware, dtype=np.int64) + class_base)
+            draining.append(state.draining)
+            healthy.append(state.healthy)
+            if workload.affinity or workload.anti_affinity:
+                labelled.append((node_base, state, workload))
+            device_class.append(devices.hardware.astype(np.int64) + class_base)
+            free_share.append(devices.free_share)
+            free_memory.append(devices.free_memory_gb)
             device_node.append(devices.node + node_base)
             per_node.append(np.diff(devices.offsets))
+            n_devices.append(devices.n_devices)
             nodes.append(np.asarray(options.node_index, dtype=np.int64) + node_base)
             taken.append(options.accelerators)
             if options.names_devices:
@@ -276,16 +274,46 @@ def _batch(items: Sequence[FeasibilityItem]) -> _Batch:
             per_option.append(options.nodes_per_option)
             node_base += state.n_nodes
             dev_base += devices.n_devices
-    device_rules.append(np.zeros((1, 4), dtype=bool))
-    device_node.append(np.array([-1], dtype=np.int64))
+            class_base += len(state.hardware)
 
-    def each(value: Any, dtype: Any) -> NDArray[Any]:
-        return np.fromiter(map(value, items), dtype=dtype, count=len(items))
+        def each(value: Any, dtype: Any) -> NDArray[Any]:
+            return np.fromiter(map(value, items), dtype=dtype, count=len(items))
 
+        share = each(
+            lambda i: np.nan if i[1].accelerator_share is None else i[1].accelerator_share,
+            np.float64,
+        )
+        # Available = free share >= 1 for a whole-device job, >= the share for a share job.
+        threshold = np.where(np.isnan(share), 1.0, share).astype(np.float32)
+        need = each(lambda i: i[1].accelerator_memory_gb, np.float64).astype(np.float32)
+    per_device = np.asarray(n_devices, dtype=np.int64)
+    affinity = np.zeros(node_base, dtype=bool)
+    anti = np.zeros(node_base, dtype=bool)
+    for base, state, workload in labelled:
+        affinity[base : base + state.n_nodes], anti[base : base + state.n_nodes] = (
+            _node_label_rules(state, workload)
+        )
+    node_rules = np.stack(
+        [
+            _join(cpu_short, bool),
+            _join(memory_short, bool),
+            ~_join(class_allowed, bool)[_join(node_class, np.int64)],
+            affinity,
+            anti,
+            _join(draining, bool) | ~_join(healthy, bool),
+        ],
+        axis=1,
+    )
+    device_sets = _device_sets(
+        _join(class_usable, bool)[_join(device_class, np.int64)],
+        _join(free_share, np.float32) >= np.repeat(threshold, per_device),
+        # Unknown (NaN) free memory fits: NaN < need is False.
+        ~(_join(free_memory, np.float32) < np.repeat(need, per_device)),
+    )
     return _Batch(
-        node_rules=_join(node_rules, bool),
-        device_sets=np.concatenate(device_rules),
-        device_node=np.concatenate(device_node),
+        node_rules=node_rules,
+        device_sets=np.concatenate([device_sets, np.zeros((1, 4), dtype=bool)]),
+        device_node=np.concatenate([_join(device_node, np.int64), [-1]]),
         devices_per_node=_join(per_node, np.int64),
         nodes=_join(nodes, np.int64),
         taken=_join(taken, np.int64),
@@ -295,10 +323,7 @@ def _batch(items: Sequence[FeasibilityItem]) -> _Batch:
         entries=each(lambda i: len(i[2].node_index), np.int64),
         options=each(lambda i: i[2].n_options, np.int64),
         named=each(lambda i: i[2].names_devices, bool),
-        share=each(
-            lambda i: np.nan if i[1].accelerator_share is None else i[1].accelerator_share,
-            np.float64,
-        ),
+        share=share,
         requested=each(lambda i: i[1].accelerators, np.float64),
         quota=each(lambda i: np.nan if i[3] is None else i[3], np.float64),
     )
