@@ -54,11 +54,12 @@ group, "any of accelerator_count, accelerator_share, cpu, memory fired"
 (`CAPACITY_GROUP`, applied by `service.contract.reward.CostSpec`).
 
 One implementation serves both forms: `check_feasibility` is the batch pass
-over one request, so the two are bit-identical by construction. Every
-comparison that reads a request's floating columns (host CPU and memory,
-device share and memory) runs per request, vectorised over its nodes or
-devices, in that request's own precision; what follows is integer counting
-and boolean logic over the joined entries and (entry, device) pairs.
+over one request, so the two are bit-identical by construction. Host CPU and
+memory are compared per request in that state's own precision; device share
+and memory (float32 for every request) once for the batch against each
+need cast to float32; what follows is integer counting and boolean logic:
+per node, how many of its devices fall in each set above; per entry that
+names devices, the same over those devices; ORs over an option's entries.
 """
 
 from __future__ import annotations
