@@ -14,7 +14,8 @@ Schema (all keys required unless marked optional)::
     cluster: [{hardware: K80|P100|V100, count: int, machine: Alibaba gpu_type,
                partition: MIG profile (optional; see world.MIG_PROFILES)}]
     packing: bool                 # share jobs may co-locate on one GPU (Gavel pairs)
-    sharing: {fraction: float, share: [lo, hi], infer_fraction: float, memory: bool}
+    sharing: {fraction: float, share: [lo, hi], infer_fraction: float, memory: bool,
+              kind: str}
                                   # optional; single-GPU jobs drawn as share jobs
                                   # (default: none, every job asks for whole GPUs)
     degrade: {class: factor}      # optional; throughput multiplier in (0, 1]
@@ -100,8 +101,10 @@ class SharingConfig:
     drawn uniformly from `share` (rounded to 0.01) and the device memory of
     its model family (`service.environment.samples.family_memory_gb`, an
     assumption: the trace has none; ``memory: false`` asks for none).
+    With `kind` set (e.g. ``train``) every share job has that kind instead.
     ``fraction = 1`` without memory is exactly the simulator's former
-    packing of single-GPU jobs (same options, placements and rates).
+    packing of single-GPU jobs (same options, placements and rates): the
+    shipped scenarios but `shared` say so, keeping their dynamics.
     Multi-GPU jobs never share (Gavel measured no multi-GPU pair).
     ``fraction = 0`` (the default): no share jobs, every request asks for
     whole GPUs, and no extra random draw is made.
@@ -111,6 +114,7 @@ class SharingConfig:
     share: tuple[float, float] = (0.35, 0.5)
     infer_fraction: float = 0.75
     memory: bool = True
+    kind: str = ""
 
 
 @dataclass(frozen=True)
@@ -231,7 +235,7 @@ def _sharing_from(doc: Any) -> SharingConfig:
         return SharingConfig()
     if not isinstance(doc, Mapping):
         raise InvalidInput("sharing", "must be a mapping")
-    unknown = set(doc) - {"fraction", "share", "infer_fraction", "memory"}
+    unknown = set(doc) - {"fraction", "share", "infer_fraction", "memory", "kind"}
     if unknown:
         raise InvalidInput(f"sharing.{sorted(unknown)[0]}", "is not a sharing key")
     share = doc.get("share", SharingConfig().share)
@@ -242,6 +246,7 @@ def _sharing_from(doc: Any) -> SharingConfig:
             share=(lo, hi),
             infer_fraction=float(doc.get("infer_fraction", SharingConfig().infer_fraction)),
             memory=bool(doc.get("memory", True)),
+            kind=str(doc.get("kind", "")),
         )
     except (TypeError, ValueError) as exc:
         raise InvalidInput("sharing", f"is not a valid sharing config: {exc}") from exc

@@ -338,8 +338,10 @@ class World:
         )
         assert jobs.share is not None and jobs.memory_gb is not None and jobs.infer is not None
         share = float(jobs.share[j])
-        kind = WorkloadKind.TRAIN
-        if share > 0:
+        kind: str = WorkloadKind.TRAIN
+        if share > 0 and self.scenario.sharing.kind:
+            kind = self.scenario.sharing.kind
+        elif share > 0:
             kind = WorkloadKind.INFER if jobs.infer[j] else WorkloadKind.FINETUNE
         return Workload(
             workload_id=workload_id,

@@ -112,8 +112,9 @@ def test_a_missing_pair_follows_the_documented_model(
 
 
 def test_scenarios_without_sharing_draw_the_same_episodes(scenarios: dict[str, Scenario]) -> None:
-    """The share draws come after every other draw: `shared` = `train` + shares."""
-    train, shared = World(scenarios["train"]), World(scenarios["shared"])
+    """The share draws come after every other draw: `shared` = `train` without sharing + shares."""
+    train = World(scenarios["train"].replace(sharing=SharingConfig()))
+    shared = World(scenarios["shared"])
     for e in range(5):
         a, b = new_episode(train, 0, e).jobs, new_episode(shared, 0, e).jobs
         for f in ("type_idx", "gpus", "steps", "arrival_s", "trace_row"):
@@ -178,11 +179,8 @@ def test_every_single_gpu_job_sharing_without_memory_is_the_former_packing(
     """``fraction = 1, memory = false``: a single-GPU job's option on a server is feasible iff
     the server (up, allowed class) has an idle GPU or one held by exactly one single-GPU job
     with a positive pair both ways: the packing rule the simulator had before contract v2."""
-    world = World(
-        scenarios["train"].replace(
-            background_fraction=0.5, sharing=SharingConfig(fraction=1.0, memory=False)
-        )
-    )
+    assert scenarios["train"].sharing == SharingConfig(fraction=1.0, memory=False, kind="train")
+    world = World(scenarios["train"].replace(background_fraction=0.5))
     sim = new_episode(world, 5, 0)
     jobs, checked = sim.jobs, 0
     while (j := sim.next_decision()) is not None:

@@ -30,17 +30,10 @@ from service.environment import (
     load_throughputs,
 )
 from service.environment.dataset import target_probabilities
-from service.environment.scenario import SharingConfig
 from tests.ope.simdata import cluster_utilisation
 
-LOADED = {
-    "jobs_per_episode": 30,
-    "background_fraction": 0.6,
-    "sharing": SharingConfig(fraction=1.0, memory=False),
-}
-"""The training scenario, loaded: 30 jobs per episode, 60% of GPUs busy with long jobs at t=0;
-co-location on: every single-GPU job is a share job with no memory need, which is exactly the
-simulator's packing of single-GPU jobs before contract v2 (same placements and rates)."""
+LOADED = {"jobs_per_episode": 30, "background_fraction": 0.6}
+"""The training scenario, loaded: 30 jobs per episode, 60% of GPUs busy with long jobs at t=0."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,7 +52,7 @@ class Sim:
 def sim() -> Sim:
     train = load_scenario("train")
     world = World(train.replace(**LOADED, production=ProductionConfig(temperature=1.0)))
-    assert world.scenario.packing and world.scenario.sharing.fraction == 1.0, "co-location on"
+    assert world.scenario.packing, "co-location must be on"
     pool = build_pool(world, seed=11, n_episodes=4, n_worlds=3)
     utilisation = cluster_utilisation(pool)
     print(
