@@ -155,14 +155,19 @@ class ClusterEnv(gym.Env[Obs, np.int64]):
     def mirror_request(self, with_production: bool = False) -> MirrorRequest | None:
         """The contract request of the pending decision (None once the episode is over).
 
-        With `with_production`, it carries the production emulator's decision
-        and propensity for this state (`production_action`), as Runtime
-        mirrors after deciding.
+        With `with_production`, it carries the production emulator's decision,
+        propensity and whole distribution for this state (`production_action`),
+        as Runtime mirrors after deciding and as `log_episode` records it.
         """
         if self._request is None or not with_production:
             return self._request
         option, propensity = self._production()
-        return replace(self._request, production=ProductionDecision(option, propensity))
+        probs, defer = production_distribution(self.simulator, self._job)
+        whole = tuple(float(p) for p in probs)  # production's whole distribution, as logged
+        return replace(
+            self._request,
+            production=ProductionDecision(option, propensity, whole, float(defer)),
+        )
 
     def production_action(self) -> int:
         """The action the production emulator takes here (its keyed draw), as a gym action.
