@@ -125,14 +125,12 @@ def contract_request(
             else w.node_ids[int(opts.node[opts.offsets[i]])]
             for i in range(opts.n)
         ),
-        **(
-            {
-                "device_offsets": _column(np.concatenate([[0], np.cumsum(named)]), np.int64),
-                "device_index": _column(opts.device[named], np.int32),
-            }
-            if len(opts.device)
-            else {}
+        # a share job's entries name their device (none where the server has none that
+        # fits); whole-GPU options name no device (empty columns)
+        device_offsets=_column(
+            np.concatenate([[0], np.cumsum(named)]) if len(opts.device) else [], np.int64
         ),
+        device_index=_column(opts.device[named], np.int32),
     )
     return MirrorRequest(
         schema_version=SCHEMA_VERSION,
