@@ -85,10 +85,10 @@ class DriftMonitor:
             for flagged in ("true", "false"):
                 metrics.drift_windows.labels(name, flagged)
             metrics.drift_out_of_support.labels(name)
-        for vocabulary in VOCABULARY_FIELDS:
-            metrics.unseen_vocabulary.labels(vocabulary)
             if rule.arrival_center is not None:  # no arrival process in training: no series
                 metrics.drift_arrival_shift.labels(name).set(0)
+        for vocabulary in VOCABULARY_FIELDS:
+            metrics.unseen_vocabulary.labels(vocabulary)
 
     @property
     def policies(self) -> tuple[str, ...]:

@@ -54,6 +54,8 @@ def test_live_drift_windows_match_the_offline_section(
         assert sample("understudy_drift_out_of_support_decisions_total", policy=p) == 0.0
         timed = p != "gavel-scorer"  # trained on synthetic requests: no arrival process
         assert sample("understudy_drift_arrival_shift", policy=p) == (0.0 if timed else None)
+    for field in ("kind", "qos_class", "hardware"):  # open vocabularies: counted from 0
+        assert sample("understudy_unseen_vocabulary_total", field=field) == 0.0
     for baseline in ("first-fit", "least-loaded"):  # no training data, no series
         assert sample("understudy_drift_flagged", policy=baseline) is None
 
