@@ -172,8 +172,16 @@ class ServiceMetrics:
         )
         self.request_conflicts = Counter(
             "understudy_request_conflicts",
-            "Requests reusing a logged (request_id, request_time) with other content: the "
-            "first stays, each distinct contradicting one is recorded in `conflicts` once.",
+            "Requests reusing a request_id with other content, by where they were caught: "
+            "ingest (refused in the ack) or writer (kept out of the log, recorded in "
+            "`conflicts` once per distinct content).",
+            ["stage"],
+            registry=registry,
+        )
+        self.ingest_duplicates = Counter(
+            "understudy_ingest_duplicates",
+            "Requests re-sent with the same request_id and content: acked, not journaled again.",
+            ["transport"],
             registry=registry,
         )
         self.outcomes = Counter(

@@ -13,6 +13,7 @@
      │    └── PermissionDenied       known caller, role not allowed
      ├── NotFound
      ├── Conflict                   e.g. a locked protocol changed under the same id
+     │    └── ConflictingRequest     a request_id already taken by other content
      └── Unavailable                a dependency is down; retry later
 
 Messages name the field in backticks, say what was expected and what came, as
@@ -73,6 +74,21 @@ class NotFound(UnderstudyError):
 
 class Conflict(UnderstudyError):
     """Raised when a write contradicts what is already recorded."""
+
+
+class ConflictingRequest(Conflict):
+    """Raised when a request_id is re-sent with other content (docs/ingest.md, "Identity").
+
+    A `Conflict`, not an `InvalidInput`: the message is well formed, it only
+    contradicts the request already recorded under its id. `field` names the
+    identity, so stream acks give ``request_id`` and ``conflicting_request``.
+    """
+
+    def __init__(self, request_id: str, problem: str, field: str = "request_id") -> None:
+        self.request_id = request_id
+        self.field = field
+        self.problem = problem
+        super().__init__(f"`{field}` {problem}")
 
 
 class Unavailable(UnderstudyError):

@@ -13,6 +13,13 @@ write failing -- sheds it: the client is told "shed" (the answer it already
 handles and may retry), never an internal error or a file path, and the shed is
 counted by reason, so accepted + shed + rejected = received holds through a
 disk failure too.
+
+``request_id`` is a request's identity (docs/ingest.md, "Identity"): a bounded
+`RequestIndex` of recent ids and their content digests answers a re-send at
+ack time. The same content again is a duplicate, acked ACCEPTED without being
+journaled a second time; other content under a known id is refused with
+`ConflictingRequest` (naming ``request_id``) and counted. What the index does
+not know is caught by the decision-log writer.
 """
 
 from __future__ import annotations
@@ -24,10 +31,13 @@ from enum import StrEnum
 from typing import Any
 
 from service.contract import InvalidInput, MirrorRequest, Outcome, RequestLimits
+from service.contract.errors import ConflictingRequest
+from service.contract.identity import content_sha256
 from service.contract.validation import validate_outcome, validate_request
 from service.metrics import ServiceMetrics, field_label
 from service.pipeline.journal import NO_SPACE, IngestJournal
 from service.pipeline.journal_format import JournalClosed, JournalIOError, RecordKind
+from service.pipeline.request_index import RequestIndex, Seen
 
 
 class AckStatus(StrEnum):
@@ -63,11 +73,17 @@ class Ingest:
     """Validates and journals mirrored requests and outcomes."""
 
     def __init__(
-        self, journal: IngestJournal, metrics: ServiceMetrics, limits: RequestLimits
+        self,
+        journal: IngestJournal,
+        metrics: ServiceMetrics,
+        limits: RequestLimits,
+        index: RequestIndex | None = None,
     ) -> None:
         self._journal = journal
         self._metrics = metrics
         self._limits = limits
+        self.index = index if index is not None else RequestIndex()
+        """Recent request ids and their content digests (public: startup fills it)."""
         # labelled children, looked up once: `labels()` costs microseconds on every ack
         self._counted: dict[tuple[str, str, str], Any] = {}
         self._timed: dict[str, Any] = {}
@@ -83,8 +99,14 @@ class Ingest:
         scorer, which skips a second decode. Otherwise the scorer decodes the
         bytes, as replay does.
 
+        A request whose id the index knows is not journaled again: with the
+        same content it is acked ACCEPTED (a duplicate, ``journal_seq`` None),
+        with other content it is refused.
+
         Raises:
             InvalidInput: the request was refused (already counted).
+            ConflictingRequest: its ``request_id`` is known with other content
+                (counted here, as a rejection and a request conflict).
         """
         started = time.perf_counter()
         try:
@@ -93,15 +115,29 @@ class Ingest:
         except InvalidInput as exc:
             self.count_rejection(transport, "mirror", exc)
             raise
-        return self._append(
-            transport,
-            "mirror",
-            RecordKind.MIRROR,
+        decoded = request if canonical else None
+        claim = self.index.claim(
             request.request_id,
-            payload,
-            started,
-            request if canonical else None,
+            content_sha256(request),
+            lambda: self._journal_append(RecordKind.MIRROR, payload, decoded),
+            lambda appended: appended[0] is not None,
         )
+        if claim.seen is Seen.CONFLICT:
+            self._count(transport, "mirror", AckStatus.REJECTED, started)
+            self._metrics.rejections.labels(transport, "mirror", "request_id").inc()
+            self._metrics.request_conflicts.labels("ingest").inc()
+            raise ConflictingRequest(
+                request.request_id,
+                f"{request.request_id[:80]!r} was already sent with other content: one id "
+                "names one request; re-send it unchanged, or give a changed request a new id",
+            )
+        if claim.seen is Seen.DUPLICATE:
+            self._metrics.ingest_duplicates.labels(transport).inc()
+            self._count(transport, "mirror", AckStatus.ACCEPTED, started)
+            return IngestResult(AckStatus.ACCEPTED, request.request_id, None)
+        assert claim.appended is not None
+        seq, reason = claim.appended
+        return self._acked(transport, "mirror", request.request_id, seq, reason, started)
 
     def outcome(self, transport: str, decode: OutcomeDecoder) -> IngestResult:
         """Decode, validate and journal one outcome report.
@@ -116,37 +152,42 @@ class Ingest:
         except InvalidInput as exc:
             self.count_rejection(transport, "outcome", exc)
             raise
-        return self._append(
-            transport, "outcome", RecordKind.OUTCOME, outcome.request_id, payload, started
-        )
+        seq, reason = self._journal_append(RecordKind.OUTCOME, payload)
+        return self._acked(transport, "outcome", outcome.request_id, seq, reason, started)
 
     def count_rejection(self, transport: str, kind: str, exc: InvalidInput) -> None:
         """Count a refused input by transport, kind and (normalised) field."""
         self._metrics.ingest.labels(transport, kind, AckStatus.REJECTED.value).inc()
         self._metrics.rejections.labels(transport, kind, field_label(exc.field)).inc()
 
-    def _append(
-        self,
-        transport: str,
-        kind: str,
-        record_kind: RecordKind,
-        request_id: str,
-        payload: bytes,
-        started: float,
-        decoded: object = None,
-    ) -> IngestResult:
-        reason = ShedReason.JOURNAL_FULL
+    def _journal_append(
+        self, record_kind: RecordKind, payload: bytes, decoded: object = None
+    ) -> tuple[int | None, ShedReason]:
+        """Journal one record: its seq, or None and why it was shed."""
         try:
             seq = self._journal.append(record_kind, payload, decoded)
         except JournalIOError as exc:  # logged by the journal, shown by its readiness check
-            seq = None
-            reason = ShedReason.DISK_FULL if exc.errno in NO_SPACE else ShedReason.JOURNAL_ERROR
+            return None, ShedReason.DISK_FULL if exc.errno in NO_SPACE else ShedReason.JOURNAL_ERROR
         except JournalClosed:  # shutting down: the client resends elsewhere or later
-            seq = None
-            reason = ShedReason.JOURNAL_ERROR
+            return None, ShedReason.JOURNAL_ERROR
+        return seq, ShedReason.JOURNAL_FULL
+
+    def _acked(
+        self,
+        transport: str,
+        kind: str,
+        request_id: str,
+        seq: int | None,
+        reason: ShedReason,
+        started: float,
+    ) -> IngestResult:
         status = AckStatus.ACCEPTED if seq is not None else AckStatus.SHED
         if seq is None:
             self._metrics.sheds.labels(transport, kind, reason.value).inc()
+        self._count(transport, kind, status, started)
+        return IngestResult(status, request_id, seq)
+
+    def _count(self, transport: str, kind: str, status: AckStatus, started: float) -> None:
         key = (transport, kind, status.value)
         counter = self._counted.get(key)
         if counter is None:
@@ -156,4 +197,3 @@ class Ingest:
         if timer is None:
             timer = self._timed[transport] = self._metrics.ack_latency.labels(transport)
         timer.observe(time.perf_counter() - started)
-        return IngestResult(status, request_id, seq)

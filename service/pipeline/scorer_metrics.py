@@ -55,7 +55,7 @@ class ScorerMetrics:
         self._m.db_rows.labels("requests").inc(result.requests_inserted)
         self._m.db_rows.labels("decisions").inc(result.decisions_inserted)
         self._m.db_duplicates.inc(result.duplicates)
-        self._m.request_conflicts.inc(result.request_conflicts)
+        self._m.request_conflicts.labels("writer").inc(result.request_conflicts)
         self._m.outcomes.labels("joined_on_arrival").inc(result.outcomes_joined)
         self._m.outcomes.labels("parked").inc(result.outcomes_parked)
         self._m.outcomes.labels("joined_from_parked").inc(result.outcomes_joined_from_parked)

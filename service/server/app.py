@@ -27,6 +27,7 @@ from service.evaluator.loop import EvaluatorConfig
 from service.metrics import ServiceMetrics
 from service.pipeline.ingest import Ingest
 from service.pipeline.journal import FsyncMode, IngestJournal, JournalConfig
+from service.pipeline.request_index import fill_from_journal
 from service.pipeline.scorer import Scorer, ScorerLoop
 from service.pipeline.scorer_metrics import ScorerMetrics
 from service.pipeline.scorer_process import ProcessScorer
@@ -136,6 +137,10 @@ def build_service(
         metrics,
         RequestLimits(max_options=settings.max_options, max_nodes=settings.max_nodes),
     )
+    # Recent ids back from the journal, off the startup path (the writer catches what it misses).
+    threading.Thread(
+        target=fill_from_journal, args=(ingest.index, journal), name="request-index", daemon=True
+    ).start()
     authority = TokenAuthority(settings.auth_tokens)
     servicer = ShadowEvaluationServicer(
         ingest,

@@ -9,7 +9,9 @@ created, which no real filesystem produces on demand.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
+import itertools
 import logging
 import os
 from collections.abc import Iterator
@@ -255,9 +257,12 @@ def test_ingest_sheds_by_reason_bound_then_disk(
     )
     journal = IngestJournal(config)
     ingest = Ingest(journal, metrics, RequestLimits())
+    sent = itertools.count()
 
-    def mirror() -> AckStatus:
-        return ingest.mirror("grpc", lambda: (request, raw)).status
+    def mirror() -> AckStatus:  # a new id each time (a re-sent one is not journaled again);
+        # the journaled bytes stay the first request's: only their size matters here
+        fresh = dataclasses.replace(request, request_id=f"disk-{next(sent)}")
+        return ingest.mirror("grpc", lambda: (fresh, raw)).status
 
     def count(result: str, reason: str | None = None) -> float:
         if reason is None:

@@ -29,6 +29,7 @@ TABLES = {
     "outcomes",
     "pending_outcomes",
     "conflicts",
+    "request_identities",
     reviewer_access_log.name,  # importing it puts it on `metadata` for the comparison
     chain_state.name,  # likewise the decision chain's tables (and decisions' chain columns)
     chain_blocks.name,

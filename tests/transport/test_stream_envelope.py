@@ -46,25 +46,33 @@ def _sequence(value: int) -> bytes:
 
 
 def _layouts(requests: list[Proto]) -> list[tuple[str, bytes, Proto]]:
-    """(name, envelope bytes, the request the envelope holds) in several valid layouts."""
-    a, b = (r.SerializeToString() for r in requests[:2])
-    head, rest = Proto(), Proto()  # the first request split in two parts that merge back
-    head.state.CopyFrom(requests[0].state)
-    rest.CopyFrom(requests[0])
+    """(name, envelope bytes, the request the envelope holds) in several valid layouts.
+
+    One request per layout: a request_id sent again with the same content is a
+    duplicate (acked, not journaled again; docs/ingest.md, "Identity").
+    """
+    r = requests[:5]
+    head, rest = Proto(), Proto()  # the fourth request split in two parts that merge back
+    head.state.CopyFrom(r[3].state)
+    rest.CopyFrom(r[3])
     rest.ClearField("state")
     unknown = _field(9, b"future")  # a field this build does not know
     return [
-        ("canonical", _sequence(1) + _field(2, a), requests[0]),
-        ("canonical, long sequence", _sequence(2**40) + _field(2, b), requests[1]),
-        ("request first", _field(2, a) + _sequence(2**40 + 1), requests[0]),
+        ("canonical", _sequence(1) + _field(2, r[0].SerializeToString()), r[0]),
+        ("canonical, long sequence", _sequence(2**40) + _field(2, r[1].SerializeToString()), r[1]),
+        ("request first", _field(2, r[2].SerializeToString()) + _sequence(2**40 + 1), r[2]),
         (
             "request in two parts",
             _sequence(2**40 + 2)
             + _field(2, head.SerializeToString())
             + _field(2, rest.SerializeToString()),
-            requests[0],
+            r[3],
         ),
-        ("unknown field after", _sequence(2**40 + 3) + _field(2, b) + unknown, requests[1]),
+        (
+            "unknown field after",
+            _sequence(2**40 + 3) + _field(2, r[4].SerializeToString()) + unknown,
+            r[4],
+        ),
     ]
 
 
@@ -74,9 +82,7 @@ def test_every_envelope_layout_journals_the_request_it_holds(
     auth: tuple[tuple[str, str], ...],
     requests_sample: list[MirrorRequest],
 ) -> None:
-    sent = [mirror_request_to_pb(r) for r in requests_sample[:2]]
-    sent[1].request_id = "second"
-    layouts = _layouts(sent)
+    layouts = _layouts([mirror_request_to_pb(r) for r in requests_sample[:5]])
     call = grpc_channel.stream_stream(
         "/understudy.v1.ShadowEvaluation/MirrorStream",
         request_serializer=lambda b: b,

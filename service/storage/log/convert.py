@@ -14,6 +14,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.contract import MirrorRequest, Outcome, ProductionDecision
+from service.contract.identity import content_sha256
 from service.contract.production import defer_of, effective_propensity
 from service.storage.log.payload import compress, snapshot_hash, split_state
 from service.storage.log.rows import OutcomeRow, RequestRow, SnapshotRow
@@ -96,6 +97,7 @@ def rows_from(
         # chosen action's probability in it (service.contract.production)
         production_propensity=effective_propensity(production) if production is not None else None,
         production_probabilities_f64=pack_production_distribution(production),
+        content_sha256=content_sha256(request),
         feasibility_version=feasibility_version if feasibility_bits is not None else None,
         feasibility_bits=feasibility_bits,
         qos_class=workload.qos_class,

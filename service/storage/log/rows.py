@@ -54,7 +54,7 @@ class SnapshotRow:
 
 @dataclass(frozen=True, slots=True)
 class RequestRow:
-    """One mirrored request; unique on ``(request_id, request_time)``.
+    """One mirrored request; one per ``request_id`` (``request_identities``).
 
     ``payload_zstd`` is the journal payload (a serialized
     ``understudy.v1.MirrorRequest``) with the ``state`` field cut out at byte
@@ -92,6 +92,9 @@ class RequestRow:
     production_probabilities_f64: bytes | None = None
     """Production's whole distribution when Runtime sent it: float64 LE, one per
     option, then defer (`service.storage.log.convert.pack_production_distribution`)."""
+    content_sha256: bytes | None = None
+    """`service.contract.identity.content_sha256` of the request: what makes a
+    re-send the same request (``request_identities``, migration 0011)."""
 
 
 @dataclass(frozen=True, slots=True)

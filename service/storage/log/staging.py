@@ -85,6 +85,7 @@ _REQUEST_COLS = (
     ("feasibility_bits", "bytea"),
     ("qos_class", "text"),
     ("production_probabilities_f64", "bytea"),
+    ("content_sha256", "bytea"),
 )
 _DECISION_COLS = (
     ("request_id", "text"),
@@ -161,7 +162,9 @@ JOINED = Stage(
         ("production_propensity", "float8"),
     ),
 )
-ALL_STAGES = (SNAPSHOTS, REQUESTS, DECISIONS, OUTCOMES, NEW_REQUESTS, JOINED)
+REFUSED_REQUESTS = Stage("stage_refused_requests", _REQUEST_COLS)
+"""Staged requests whose id another request holds (`service.storage.log.request_identity`)."""
+ALL_STAGES = (SNAPSHOTS, REQUESTS, DECISIONS, OUTCOMES, NEW_REQUESTS, JOINED, REFUSED_REQUESTS)
 
 # The row types each COPY stage accepts (documentation for readers and mypy).
 CopyRow = SnapshotRow | RequestRow | DecisionRow | OutcomeRow
@@ -178,7 +181,8 @@ def staging_cursor(conn: Connection) -> psycopg.Cursor[Any]:
     if not isinstance(raw, psycopg.Connection):
         raise TypeError(f"the decision log needs the psycopg driver, got {type(raw)!r}")
     cur = raw.cursor()
-    cur.execute(sql.SQL("SELECT to_regclass({})").format(sql.Literal(f"pg_temp.{JOINED.name}")))
+    last = sql.Literal(f"pg_temp.{ALL_STAGES[-1].name}")  # created last: all are there
+    cur.execute(sql.SQL("SELECT to_regclass({})").format(last))
     row = cur.fetchone()
     if row is None or row[0] is None:
         for stage in ALL_STAGES:

@@ -8,7 +8,8 @@ migrated database, so the two cannot drift apart silently.
 Partitioned by RANGE (``request_time``), one partition per UTC day plus a
 DEFAULT partition: ``requests``, ``decisions``, ``outcomes``. Not partitioned:
 ``policies`` (few rows), ``cluster_snapshots`` (keyed by content hash, so a
-global primary key is the point), ``pending_outcomes`` (outcomes waiting for
+global primary key is the point), ``request_identities`` (one row per
+``request_id``: a global key is the point again), ``pending_outcomes`` (outcomes waiting for
 their request; small) and ``conflicts`` (anomalies only).
 """
 
@@ -192,6 +193,20 @@ pending_outcomes = Table(
     PrimaryKeyConstraint("request_id", name="pending_outcomes_pkey"),
     CheckConstraint(_FAILURES, name="pending_outcomes_failure"),
     Index("pending_outcomes_received", "received_at"),
+)
+
+request_identities = Table(  # migration 0011: one request per request_id
+    "request_identities",
+    metadata,
+    Column("request_id", Text, nullable=False),
+    Column("request_time", TS, nullable=False),
+    Column("content_sha256", LargeBinary),  # NULL for requests logged before 0011
+    Column("journal_seq", BigInteger),
+    PrimaryKeyConstraint("request_id", name="request_identities_pkey"),
+    CheckConstraint(
+        "content_sha256 IS NULL OR octet_length(content_sha256) = 32",
+        name="request_identities_sha256",
+    ),
 )
 
 conflicts = Table(

@@ -10,8 +10,12 @@ database commit and the journal checkpoint) changes nothing, and the counts
 say how many rows were new. A skipped request whose content differs from the
 logged one is not a replay: it is recorded in ``conflicts``
 (`service.storage.log.request_conflicts`, looked at only when rows were skipped).
+A request whose ``request_id`` another request holds at another time never
+reaches ``requests``, nor do its decisions: `service.storage.log.request_identity`
+claims each id in the non-partitioned ``request_identities`` first, and the
+refused ones are recorded in ``conflicts`` (one request per id).
 
-Order inside the transaction: policies, snapshots, requests (then the pending
+Order inside the transaction: policies, snapshots, request identities, requests (then the pending
 outcomes of newly logged requests are joined), decisions, outcomes, and last
 the production decisions carried by joined outcomes. The caller advances the
 journal checkpoint only after `write` returns: the commit happened.
@@ -33,7 +37,7 @@ from sqlalchemy import Engine
 
 from service.contract.errors import Conflict
 from service.storage.engine import unavailable_on_failure
-from service.storage.log import outcome_join
+from service.storage.log import outcome_join, request_identity
 from service.storage.log import request_conflicts as request_conflict_log
 from service.storage.log.partitions import PartitionKeeper
 from service.storage.log.rows import (
@@ -172,17 +176,24 @@ class DecisionLogWriter:
             snapshots = _insert(cur, len(batch.snapshots), SNAPSHOTS, unique, _INSERT_SNAPSHOTS)
         requests = Counts()
         from_pending = request_conflicts = 0
+        refused: frozenset[tuple[str, float]] = frozenset()
         if batch.requests:
-            requests = _insert(cur, len(batch.requests), REQUESTS, batch.requests, _INSERT_REQUESTS)
+            copy_rows(cur, REQUESTS, batch.requests)
+            claimed = request_identity.claim(cur)  # ids held at another time: moved aside
+            refused = claimed.refused
+            requests = _move(cur, len(batch.requests) - claimed.n_refused, _INSERT_REQUESTS)
             if requests.inserted:
                 from_pending = outcome_join.join_pending(cur)
+            if claimed.n_refused:
+                request_conflicts += request_conflict_log.record_refused(cur)
             if requests.duplicates:  # only then: a skipped row may contradict the logged one
-                request_conflicts = request_conflict_log.record(cur)
+                request_conflicts += request_conflict_log.record(cur)
         decisions = Counts()
-        if batch.decisions:
-            decisions = _insert(
-                cur, len(batch.decisions), DECISIONS, batch.decisions, _INSERT_DECISIONS
-            )
+        rows = batch.decisions
+        if refused:  # a refused request's decisions are not logged either
+            rows = [d for d in rows if (d.request_id, d.request_time) not in refused]
+        if rows:
+            decisions = _insert(cur, len(rows), DECISIONS, rows, _INSERT_DECISIONS)
         staged = None
         if batch.outcomes:
             staged = outcome_join.stage_and_join(cur, batch.outcomes, self._lookback_s)
@@ -266,6 +277,11 @@ def _insert(
     written are the same either way.
     """
     copy_rows(cur, stage, rows)
+    return _move(cur, offered, insert_sql)
+
+
+def _move(cur: psycopg.Cursor[Any], offered: int, insert_sql: LiteralString) -> Counts:
+    """Run `insert_sql` on rows already staged (plain first, see `_insert`); count them."""
     plain = _PLAIN.get(insert_sql)
     if plain is not None:
         cur.execute("SAVEPOINT plain_insert")

@@ -10,6 +10,7 @@ import grpc
 
 from service.contract.errors import (
     Conflict,
+    ConflictingRequest,
     InvalidInput,
     NotFound,
     PermissionDenied,
@@ -23,6 +24,8 @@ STATUS_BY_ERROR: tuple[tuple[type[UnderstudyError], grpc.StatusCode], ...] = (
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
     (NotFound, grpc.StatusCode.NOT_FOUND),
+    # a request_id re-sent with other content: the id is taken (docs/ingest.md, "Identity")
+    (ConflictingRequest, grpc.StatusCode.ALREADY_EXISTS),
     (Conflict, grpc.StatusCode.FAILED_PRECONDITION),
     (Unavailable, grpc.StatusCode.UNAVAILABLE),
 )

@@ -13,6 +13,7 @@ import orjson
 
 from service.contract.errors import (
     Conflict,
+    ConflictingRequest,
     InvalidInput,
     NotFound,
     PayloadTooLarge,
@@ -43,7 +44,7 @@ def status_for(exc: UnderstudyError) -> int:
 
 def error_body(exc: UnderstudyError) -> bytes:
     """The JSON error body: which field was wrong (when one was) and the message."""
-    field = exc.field if isinstance(exc, InvalidInput) else None
+    field = exc.field if isinstance(exc, InvalidInput | ConflictingRequest) else None
     return orjson.dumps({"error": type(exc).__name__, "field": field, "message": str(exc)})
 
 

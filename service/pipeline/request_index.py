@@ -1,0 +1,169 @@
+"""The ingest's memory of recent request ids: request_id -> content digest, bounded.
+
+Lets ingest answer at ack time what the decision log would decide later: a
+re-send of a recent request with the same content (`content_sha256`, the one
+definition the writer also uses) is a duplicate — acked, not journaled again —
+and the same id with other content is refused (`ConflictingRequest`).
+
+Bounded (oldest ids are forgotten first) and per process: it does not know
+ids it evicted, ids another replica took, or, until `fill_from_journal` has
+read them back, ids journaled before a restart. Those are caught by the writer
+(``request_identities``, migration 0011), which keeps the second request out
+of the log and records it in ``conflicts``; the index only lets most clients
+hear about it in their ack.
+
+Thread-safe. `claim` holds the index's lock across the journal append it
+guards (the caller passes it as `append`), so two concurrent sends of one id
+cannot both be journaled, and an id whose append was shed is never remembered
+(a re-send must then be journaled, not acked as a duplicate of nothing). The
+journal's own lock serialises appends anyway, so this costs little concurrency.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Generic, TypeVar
+
+from service.contract import MirrorRequest
+from service.contract.identity import content_sha256
+from service.pipeline.journal import IngestJournal
+from service.pipeline.journal_format import JournalClosed, RecordKind
+from service.wire.convert import mirror_request_from_pb
+from service.wire.understudy.v1 import contract_pb2
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CAPACITY = 100_000
+"""Ids remembered by default: about 20 MB (id string, 32-byte digest, dict slot),
+minutes to hours of traffic at the rates the benchmarks measure."""
+
+T = TypeVar("T")
+
+
+class Seen(StrEnum):
+    """What the index says about one send."""
+
+    NEW = "new"  # not known: journal it
+    DUPLICATE = "duplicate"  # known with the same content: ack, do not journal
+    CONFLICT = "conflict"  # known with other content: refuse
+
+
+@dataclass(frozen=True, slots=True)
+class Claim(Generic[T]):
+    """The index's answer, and the append's result when the send was new."""
+
+    seen: Seen
+    appended: T | None = None
+
+
+class RequestIndex:
+    """A bounded request_id -> content digest map, oldest forgotten first."""
+
+    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+        if capacity < 0:
+            raise ValueError(f"capacity must be >= 0, got {capacity}")
+        self._capacity = capacity
+        self._digests: OrderedDict[str, bytes] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._digests)
+
+    @property
+    def capacity(self) -> int:
+        """The most ids remembered."""
+        return self._capacity
+
+    def claim(
+        self,
+        request_id: str,
+        digest: bytes,
+        append: Callable[[], T],
+        accepted: Callable[[T], bool],
+    ) -> Claim[T]:
+        """Look `request_id` up; when new, run `append` and remember it if `accepted`.
+
+        `append` runs under the index lock (see the module docstring); its
+        exceptions propagate and nothing is remembered.
+        """
+        with self._lock:
+            known = self._digests.get(request_id)
+            if known is not None:
+                return Claim(Seen.DUPLICATE if known == digest else Seen.CONFLICT)
+            result = append()
+            if accepted(result):
+                self._remember_locked(request_id, digest)
+            return Claim(Seen.NEW, result)
+
+    def remember(self, request_id: str, digest: bytes) -> bool:
+        """Add an id known from elsewhere (the journal); False when it was known already."""
+        with self._lock:
+            if request_id in self._digests:
+                return False
+            self._remember_locked(request_id, digest)
+            return True
+
+    def clear(self) -> None:
+        """Forget every id (what a restart without the journal's records gives)."""
+        with self._lock:
+            self._digests.clear()
+
+    def _remember_locked(self, request_id: str, digest: bytes) -> None:
+        if not self._capacity:
+            return
+        self._digests[request_id] = digest
+        while len(self._digests) > self._capacity:
+            self._digests.popitem(last=False)
+
+
+def mirror_from_payload(payload: bytes) -> MirrorRequest:
+    """A journaled mirror payload as its contract request (as the scorer decodes it)."""
+    return mirror_request_from_pb(contract_pb2.MirrorRequest.FromString(payload))
+
+
+def fill_from_journal(
+    index: RequestIndex,
+    journal: IngestJournal,
+    decode: Callable[[bytes], MirrorRequest] = mirror_from_payload,
+    *,
+    chunk: int = 512,
+) -> int:
+    """Remember the ids of the mirrored requests the journal still holds; returns how many.
+
+    The journal keeps what its consumers have not checkpointed (and segments
+    not yet reclaimed), so after a restart this is the recent traffic — what
+    a client is most likely to re-send. Reads at most `index.capacity`
+    records' worth of mirrors from the oldest kept; records that no longer
+    decode are skipped (the scorer dead-letters them). `decode` turns a
+    payload into its contract request (``request_id`` and content).
+
+    Cheap enough to run once at startup on a background thread: ids that
+    arrive meanwhile are claimed live, and the writer catches anything missed.
+    """
+    filled = 0
+    after = 0
+    try:
+        while filled < index.capacity:
+            records = journal.read("request-index", chunk, after_seq=after)
+            if not records:
+                break
+            for record in records:
+                after = record.seq
+                if record.kind is not RecordKind.MIRROR:
+                    continue
+                known = record.decoded
+                try:
+                    request = known if isinstance(known, MirrorRequest) else decode(record.payload)
+                    digest = content_sha256(request)
+                except Exception:  # a record that no longer decodes is the scorer's to dead-letter
+                    continue
+                filled += index.remember(request.request_id, digest)
+    except JournalClosed:
+        pass  # shutting down before the fill finished: nothing to fill any more
+    log.info("request index filled with %d ids from the journal", filled)
+    return filled
