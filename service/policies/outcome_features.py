@@ -23,6 +23,12 @@ col   name                   definition
 
 Idle accelerators per node are ``round(total * (1 - utilisation))``, as the
 contract defines utilisation (busy / total).
+
+Open vocabularies (contract v2): no column reads the workload kind or QoS
+class, so an unknown one changes nothing here; capability numbers a class
+leaves unknown (None) reach these rows only through the Gavel columns, which
+impute them (`service.contract.imputation`), so a row is never NaN
+(tests/policies/test_unknown_capabilities.py).
 """
 
 from __future__ import annotations
