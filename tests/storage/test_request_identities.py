@@ -20,8 +20,15 @@ from sqlalchemy import Engine, text
 from service.contract import MirrorRequest
 from service.contract.identity import content_sha256
 from service.storage import DecisionLogWriter, LogBatch, conflicts, make_engine, rows_from
+from service.storage.log.convert import outcome_row
 from service.storage.migrate import downgrade, upgrade
-from tests.storage.storage_helpers import FEATURES, decisions_of, payload_of, request_batch
+from tests.storage.storage_helpers import (
+    FEATURES,
+    decisions_of,
+    outcome_for,
+    payload_of,
+    request_batch,
+)
 
 
 def _later(request: MirrorRequest, seconds: float = 3600.0) -> MirrorRequest:
@@ -178,3 +185,19 @@ def test_migration_0011_backfills_one_identity_per_id_and_goes_down(
             assert conn.execute(text("SELECT to_regclass('request_identities')")).scalar() is None
     finally:
         engine.dispose()
+
+
+def test_an_outcome_joins_the_one_request_of_its_id(
+    engine: Engine, requests_sample: list[MirrorRequest]
+) -> None:
+    """After a refused re-send at another time, the outcome still has one request to join."""
+    writer = DecisionLogWriter(engine)
+    first = requests_sample[6]
+    writer.write(request_batch([first]))
+    writer.write(request_batch([_later(first)], first_seq=2))  # refused: the id is taken
+    outcome = outcome_for(first.request_id, observed_at=first.request_time + 7200.0)
+    joined = writer.write(LogBatch(outcomes=[outcome_row(outcome, outcome.observed_at + 1.0)]))
+    assert (joined.outcomes.joined, joined.outcomes.pending) == (1, 0)
+    assert _rows(engine, "outcomes", first.request_id) == [pytest.approx(first.request_time)]
+    again = writer.write(LogBatch(outcomes=[outcome_row(outcome, outcome.observed_at + 5.0)]))
+    assert (again.outcomes.duplicates, again.outcomes.conflicting) == (1, 0)  # a re-send
