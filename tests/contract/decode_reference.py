@@ -184,6 +184,14 @@ def _ref_validate_state(request: MirrorRequest, limits: RequestLimits) -> None:
     for name in ("zone", "locality", "labels"):
         if len(getattr(s, name)) != n:
             raise InvalidInput(f"state.{name}", f"must have one entry per node ({n})")
+    # contract v2 (issue 22): at most max_devices devices (the node shortcut makes one
+    # entry per accelerator)
+    total = int(sum(int(t) for t in s.accelerators_total))
+    if total > limits.max_devices:
+        raise InvalidInput(
+            "state.accelerators_total",
+            f"must sum to at most {limits.max_devices} devices in one snapshot, got {total}",
+        )
     # contract v2 (issue 22): a class stated to have no accelerator memory on a node
     # with accelerators is refused (it silently turned GPUs into a CPU pool)
     for i in range(n):
