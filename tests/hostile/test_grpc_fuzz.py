@@ -1,8 +1,10 @@
 """Hypothesis-generated hostile protobuf on all four RPCs of a real gRPC server.
 
-Unary calls may only end OK or INVALID_ARGUMENT (never INTERNAL or UNKNOWN),
-and each one is counted exactly: OK adds one to accepted/shed and one journal
-record, INVALID_ARGUMENT one rejection and no record. Streams must end OK with
+Unary calls may only end OK, INVALID_ARGUMENT or ALREADY_EXISTS (a mutated
+request that keeps a known request_id with other content: docs/ingest.md,
+"Identity"; never INTERNAL or UNKNOWN), and each one is counted exactly: OK
+adds one to accepted/shed and at most one journal record (none for a re-sent
+request), a refusal one rejection naming its field and no record. Streams must end OK with
 one ack verdict per message sent, matched by the metrics and the journal. After
 every run the server still accepts a valid request. See `pb_strategies` for
 what is generated.
@@ -25,11 +27,12 @@ from service.server.app import Service
 from service.transport.grpc.servicer import SERVICE_NAME
 from service.wire.convert import mirror_request_to_pb
 from service.wire.understudy.v1 import contract_pb2, shadow_pb2
-from tests.hostile.metrics_read import ingested, refusals
+from tests.hostile.metrics_read import counter_sum, ingested, refusals
 from tests.hostile.pb_strategies import Drawn, hostile_bytes
 
 Metadata = tuple[tuple[str, str], ...]
 OK, INVALID = grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT
+TAKEN_ID = grpc.StatusCode.ALREADY_EXISTS  # a known request_id with other content
 NAMES_A_FIELD = re.compile(r"`[^`]+`")
 
 UNARY = {
@@ -105,7 +108,7 @@ def fuzz_unary(
         refused, acked, head = refusals(service, "grpc"), ingested(service, "grpc"), _head(service)
         code, details = _unary(call, raw, metadata)
         seen[(label, code.name)] += 1
-        assert code in (OK, INVALID), (label, code, details, raw[:200])
+        assert code in (OK, INVALID, TAKEN_ID), (label, code, details, raw[:200])
         if code is OK:
             assert (ingested(service, "grpc") - acked, refusals(service, "grpc") - refused) == (
                 1,
@@ -122,6 +125,11 @@ def fuzz_unary(
 
     run()
     return seen
+
+
+def _resent(service: Service) -> float:
+    """Stream messages acked as duplicates of a journaled request (not journaled again)."""
+    return counter_sum(service, "understudy_ingest_duplicates_total", transport="grpc_stream")
 
 
 def _unary(
@@ -172,10 +180,11 @@ def fuzz_stream(
         for label, raw in items:
             seen[label] += 1
             raws.append(valid_envelope(len(raws) + 1) if label == "valid" else raw)
-        refused, acked, head = (
+        refused, acked, head, resent = (
             refusals(service, "grpc_stream"),
             ingested(service, "grpc_stream"),
             _head(service),
+            _resent(service),
         )
         acks = list(call(iter(raws), metadata=metadata, timeout=20))
         accepted = max((a.accepted for a in acks), default=0)
@@ -184,7 +193,8 @@ def fuzz_stream(
         assert accepted + shed + rejected == len(raws), (acks, items)
         assert refusals(service, "grpc_stream") - refused == rejected, (acks, items)
         assert ingested(service, "grpc_stream") - acked == accepted + shed, (acks, items)
-        assert _head(service) - head == accepted, (acks, items)
+        # a re-sent request (a known id, the same content) is acked but not journaled again
+        assert _head(service) - head == accepted - (_resent(service) - resent), (acks, items)
         assert sum(a.status != shadow_pb2.ACK_STATUS_ACCEPTED for a in acks) == shed + rejected
 
     run()
