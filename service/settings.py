@@ -95,6 +95,10 @@ class Settings(BaseSettings):
     max_nodes: int = Field(default=100_000, ge=1)
     """Most nodes one cluster snapshot may list."""
 
+    request_index_size: int = Field(default=100_000, ge=0)
+    """Recent request ids ingest remembers to answer re-sends in the ack (docs/ingest.md,
+    "Identity"; about 200 bytes each); 0 leaves every identity check to the writer."""
+
     database_url: str | None = None
     """PostgreSQL URL (SQLAlchemy form, e.g. postgresql+psycopg://...). Unset: the
     embedded PostgreSQL in `<data_dir>/postgres` is started (or reused)."""

@@ -27,7 +27,7 @@ from service.evaluator.loop import EvaluatorConfig
 from service.metrics import ServiceMetrics
 from service.pipeline.ingest import Ingest
 from service.pipeline.journal import FsyncMode, IngestJournal, JournalConfig
-from service.pipeline.request_index import fill_from_journal
+from service.pipeline.request_index import RequestIndex, fill_from_journal
 from service.pipeline.scorer import Scorer, ScorerLoop
 from service.pipeline.scorer_metrics import ScorerMetrics
 from service.pipeline.scorer_process import ProcessScorer
@@ -136,6 +136,7 @@ def build_service(
         journal,
         metrics,
         RequestLimits(max_options=settings.max_options, max_nodes=settings.max_nodes),
+        RequestIndex(settings.request_index_size),
     )
     # Recent ids back from the journal, off the startup path (the writer catches what it misses).
     threading.Thread(

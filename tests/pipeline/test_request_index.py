@@ -120,3 +120,16 @@ def test_one_digest_for_every_encoding_of_one_request(requests_sample: list[Mirr
         dataclasses.replace(r, state=requests_sample[3].state),
     ]
     assert len({digest, *(content_sha256(c) for c in changed)}) == 1 + len(changed)
+
+
+def test_an_index_of_size_zero_leaves_every_check_to_the_writer(
+    tmp_path: Path, requests_sample: list[MirrorRequest]
+) -> None:
+    """``UNDERSTUDY_REQUEST_INDEX_SIZE=0``: re-sends and clashes are journaled as sent."""
+    r = requests_sample[4]
+    with IngestJournal(JournalConfig(tmp_path)) as journal:
+        ingest = Ingest(
+            journal, ServiceMetrics(CollectorRegistry()), RequestLimits(), RequestIndex(0)
+        )
+        sent = [_send(ingest, r), _send(ingest, r), _send(ingest, _later(r))]
+        assert sent == [(AckStatus.ACCEPTED, 1), (AckStatus.ACCEPTED, 2), (AckStatus.ACCEPTED, 3)]
