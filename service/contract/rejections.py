@@ -22,6 +22,7 @@ from enum import StrEnum
 
 from service.contract.errors import (
     Conflict,
+    ConflictingRequest,
     InvalidInput,
     MalformedMessage,
     MissingField,
@@ -56,7 +57,8 @@ _REASON_BY_ERROR: tuple[tuple[type[UnderstudyError], RejectionReason], ...] = (
     (MissingField, RejectionReason.MISSING_FIELD),
     (MalformedMessage, RejectionReason.MALFORMED_MESSAGE),
     (InvalidInput, RejectionReason.INVALID_VALUE),
-    (Conflict, RejectionReason.CONFLICTING_REQUEST),
+    (ConflictingRequest, RejectionReason.CONFLICTING_REQUEST),  # the identity rule's refusal
+    (Conflict, RejectionReason.CONFLICTING_REQUEST),  # any other conflict a write may raise
 )
 
 

@@ -167,6 +167,26 @@ def test_cumulative_accepted_acks_are_unchanged(
     assert _journaled(service) == [f"m{i}" for i in range(1, 11) if i != 5]
 
 
+def test_a_request_id_resent_with_other_content_is_rejected_as_conflicting(
+    service: Service,
+    grpc_channel: grpc.Channel,
+    auth: Metadata,
+    requests_sample: list[MirrorRequest],
+) -> None:
+    """The identity refusal (a contract error naming `request_id`) flows through the
+    stream's generic mapping: REJECTED, field request_id, reason conflicting_request."""
+    raws = [
+        _envelope(requests_sample[0], 1, "same-id"),
+        _envelope(requests_sample[1], 2, "same-id"),  # other content under a known id
+        _envelope(requests_sample[1], 3, "next"),
+    ]
+    acks = _stream(grpc_channel, raws, auth)
+    assert _refused(acks) == [(REJECTED, 2, "request_id", "conflicting_request")]
+    assert (acks[-1].sequence, acks[-1].accepted, acks[-1].rejected) == (3, 2, 1)
+    assert _journaled(service) == ["same-id", "next"]
+    assert _refusals(service, "conflicting_request") == 1
+
+
 def test_an_oversized_message_is_refused_under_its_own_sequence(
     make_service: Callable[..., Service],
     auth: Metadata,
