@@ -165,5 +165,7 @@ def fill_from_journal(
                 filled += index.remember(request.request_id, digest)
     except JournalClosed:
         pass  # shutting down before the fill finished: nothing to fill any more
+    except Exception:  # the index is an optimisation: the writer still checks every id
+        log.warning("request index fill stopped after %d ids", filled, exc_info=True)
     log.info("request index filled with %d ids from the journal", filled)
     return filled
