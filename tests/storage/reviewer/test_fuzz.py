@@ -52,7 +52,7 @@ def test_reviewer_endpoints_conform_and_never_fail(world: World) -> None:
         for result in schema.get_all_operations()
         if result.ok().path.startswith("/v1/reviewer/")
     ]
-    assert len(operations) == 4
+    assert len(operations) == 5  # decisions, request, its feasibility, experiments, events
     with world.engine.connect() as conn:
         start = conn.execute(text("SELECT coalesce(max(access_id), 0) FROM reviewer_access_log"))
         first = int(start.scalar_one())
