@@ -88,7 +88,13 @@ def test_power_at_the_planned_sample_size_and_samples_to_stop(sim: Sim) -> None:
     )
     rate, line = _power(sim, 1, experiments=500, rounds=samples, seed=202)
     print(f"[evaluator]   {line}")
-    assert rate >= 0.90
+    # The planner promises power 0.9, so the stop rate over 500 experiments is 0.9 give
+    # or take ~0.013 of Monte Carlo error: asserting the point estimate >= 0.9 fails a
+    # correct planner about half the time on a new stream. The claim tested instead:
+    # power 0.9 is not refuted (the 99% Clopper-Pearson interval reaches it). A planner
+    # that undersizes to power 0.85 stops ~425/500, whose interval ends near 0.89: fails.
+    stops = round(rate * 500)
+    assert clopper_pearson(stops, 500, level=0.99).upper >= 0.90, line
     for k, seed in ((2, 203), (4, 204)):
         rate_k, line_k = _power(sim, k, experiments=300, rounds=samples, seed=seed)
         print(f"[evaluator]   {line_k}")

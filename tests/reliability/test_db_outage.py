@@ -16,6 +16,7 @@ from service.policies.baselines import LeastLoaded
 from service.policies.registry import Registry
 from service.server.app import Service
 from service.storage import count_requests, start_embedded, stop_embedded, upgrade
+from service.wire.convert import mirror_request_to_pb
 from tests.reliability.load import LoadResult, rss_mb, steady_load
 from tests.transport.test_decision_log_e2e import wait_until
 
@@ -23,6 +24,13 @@ ACKS_AROUND = 50
 """Acks the load must have had before the outage, and again after the restart."""
 LOAD_SLACK_S = 300.0
 """The load's bound beyond the outage; the test stops it earlier, once the acks are in."""
+RATE = 40.0
+"""Mirrored requests per second of the steady load."""
+RESTART_SLACK_S = 60.0
+"""Seconds of load beyond the outage the journal must hold: the embedded server's restart
+and the scorer's catch-up (a few seconds idle, tens under a CPU hog)."""
+JOURNAL_OVERHEAD_B = 64
+"""Bytes a journal record adds to its payload (header and checksum), rounded up."""
 
 
 @pytest.mark.live
@@ -39,7 +47,11 @@ def test_database_outage_under_steady_load(
     server = start_embedded(pg_dir, stop_at_exit=False)
     try:
         upgrade(server.url())
-        bound = 8_000_000
+        # The journal must hold the whole outage plus the restart and the catch-up, which
+        # take seconds more on a busy box: the bound is sized from the traffic (record
+        # size x rate x (outage + RESTART_SLACK_S)), not a constant that fit an idle one.
+        record = max(len(mirror_request_to_pb(r).SerializeToString()) for r in requests_sample)
+        bound = int((record + JOURNAL_OVERHEAD_B) * RATE * (outage_s + RESTART_SLACK_S))
         service = make_service(
             database_url=server.url(),
             policies=Registry(policies={"least-loaded": LeastLoaded()}, predictors={}),
