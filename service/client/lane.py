@@ -23,6 +23,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,12 +77,20 @@ class Lane:
             self._cond.notify()
             return True
 
-    def next_to_send(self, timeout: float) -> tuple[int, Any] | None:
-        """The oldest unsent message (moved to sent), or None after `timeout`."""
+    def next_to_send(
+        self, timeout: float, live: Callable[[], bool] | None = None
+    ) -> tuple[int, Any] | None:
+        """The oldest unsent message (moved to sent), or None after `timeout`.
+
+        `live` says whether the stream asking is still open, and is asked under the
+        lane's lock after any wait: a stream that broke while its sender waited here
+        must not take a message into `sent` after `requeue_unacked` has run, or the
+        message would sit there, unsent, until the ack timeout.
+        """
         with self._cond:
             if not self._unsent:
                 self._cond.wait(timeout)
-            if not self._unsent:
+            if not self._unsent or (live is not None and not live()):
                 return None
             item = self._unsent.popleft()
             self._sent.append((item[0], item[1], time.monotonic()))

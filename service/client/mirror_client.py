@@ -162,7 +162,7 @@ class MirrorClient:
                 if lane.oldest_unacked_age() > self._ack_timeout_s and holder:
                     holder[0].cancel()  # a silent server: tear down and resend elsewhere
                     return
-                item = lane.next_to_send(0.05)
+                item = lane.next_to_send(0.05, live=lambda: not broken.is_set())
                 if item is not None:
                     yield envelope(*item)
 
