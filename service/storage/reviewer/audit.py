@@ -223,9 +223,7 @@ class ReviewerAccess:
         digest = query.filter.digest(query.order)
         return Page(page, None if key is None else encode_cursor(key, query.order, digest))
 
-    def request(
-        self, who: Reviewer, request_id: str, endpoint: str = "request"
-    ) -> RequestInFull:
+    def request(self, who: Reviewer, request_id: str, endpoint: str = "request") -> RequestInFull:
         """One request in full; `NotFound` if it is not logged. `endpoint`: as access-logged
         (``request_feasibility`` when only its options' masks are shown)."""
         params = {"request_id": request_id}
