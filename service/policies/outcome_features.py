@@ -13,12 +13,14 @@ registry refuses a model built on another definition.
 ====  =====================  ==================================================
 col   name                   definition
 ====  =====================  ==================================================
-0-13  (predictor features)   `PREDICTOR_FEATURES`, unchanged
-14    share_fraction         GPUs the option takes beyond the idle ones on its
+0-17  (predictor features)   `PREDICTOR_FEATURES`, unchanged; 14-17 are the
+                             gang's shape (log2 nodes, log2 fewest / most
+                             accelerators on one node, localities spanned)
+18    share_fraction         GPUs the option takes beyond the idle ones on its
                              nodes / GPUs taken (0 = no sharing, 1 = all shared)
-15    option_utilisation     mean utilisation of the option's nodes
-16    cluster_utilisation    busy / total accelerators over the whole cluster
-17    log10_work_units       log10(1 + work units); 0 when not given
+19    option_utilisation     mean utilisation of the option's nodes
+20    cluster_utilisation    busy / total accelerators over the whole cluster
+21    log10_work_units       log10(1 + work units); 0 when not given
 ====  =====================  ==================================================
 
 Idle accelerators per node are ``round(total * (1 - utilisation))``, as the
@@ -51,7 +53,7 @@ from service.policies.predictor_features import (
     LastBatchRows,
 )
 
-OUTCOME_FEATURE_VERSION = "placement-outcome-features-v1"
+OUTCOME_FEATURE_VERSION = "placement-outcome-features-v2"
 OUTCOME_FEATURE_NAMES: tuple[str, ...] = (
     *PREDICTOR_FEATURE_NAMES,
     "share_fraction",
@@ -63,7 +65,7 @@ N_OUTCOME_FEATURES = len(OUTCOME_FEATURE_NAMES)
 
 
 def placement_columns(request: MirrorRequest) -> NDArray[np.float64]:
-    """Columns 14-17 for every option of `request`, shape ``(n_options, 4)``."""
+    """Columns 18-21 for every option of `request`, shape ``(n_options, 4)``."""
     state, options = request.state, request.options
     n_opt = options.n_options
     total = state.accelerators_total.astype(np.float64)

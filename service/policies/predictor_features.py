@@ -28,7 +28,19 @@ col   name                   definition
 11    interconnect_100gbps   min intra-node link, 100 GB/s
 12    log2_accelerators      log2(accelerators taken by the option)
 13    consolidated           1 if the option is one node
+14    log2_nodes             log2(nodes the option spans)
+15    log2_per_node_min      log2(fewest accelerators the option takes on one node)
+16    log2_per_node_max      log2(most accelerators the option takes on one node)
+17    localities_spanned     distinct ``state.locality`` values of its nodes - 1
 ====  =====================  ==============================================
+
+Gang shape (issue 23), columns 14-17: a 4-GPU option placed ``4`` (one node),
+``22`` (two nodes of two) or ``1111`` (four nodes of one) has log2_nodes 0 / 1 / 2
+and per-node min = max = 2 / 1 / 0, so the three rows differ, and measured
+throughput does differ between them (`service.environment.shapes`); an uneven
+gang (``31``) has min != max. ``localities_spanned`` counts interconnect
+domains beyond the first (the contract's `locality`), so the same shape
+across two racks is a different row from the same shape inside one.
 """
 
 from __future__ import annotations
@@ -49,7 +61,7 @@ from numpy.typing import NDArray
 from service.contract import MirrorRequest, Workload
 from service.contract.imputation import IMPUTED_CAPABILITIES, capability_numbers
 
-PREDICTOR_FEATURE_VERSION = "gavel-predictor-features-v1"
+PREDICTOR_FEATURE_VERSION = "gavel-predictor-features-v2"
 
 GAVEL_FAMILIES: tuple[str, ...] = (
     "A3C",
@@ -76,6 +88,10 @@ PREDICTOR_FEATURE_NAMES: tuple[str, ...] = (
     "interconnect_100gbps",
     "log2_accelerators",
     "consolidated",
+    "log2_nodes",
+    "log2_per_node_min",
+    "log2_per_node_max",
+    "localities_spanned",
 )
 N_PREDICTOR_FEATURES = len(PREDICTOR_FEATURE_NAMES)
 
@@ -127,12 +143,20 @@ def compute_predictor_features(
     interconnect_gbps: NDArray[np.float64],
     accelerators: NDArray[np.float64],
     consolidated: NDArray[np.float64],
+    nodes: NDArray[np.float64] | None = None,
+    per_node_min: NDArray[np.float64] | None = None,
+    per_node_max: NDArray[np.float64] | None = None,
+    localities: NDArray[np.float64] | None = None,
 ) -> NDArray[np.float32]:
     """Rows of shape ``(n, N_PREDICTOR_FEATURES)``, float32.
 
     `job` has shape ``(8,)`` (one job for every row) or ``(n, 8)``; the other
     arrays have shape ``(n,)`` and hold the option's slowest member's
-    capabilities, accelerators taken in total, and 1.0 for a one-node option.
+    capabilities, accelerators taken in total, 1.0 for a one-node option, and
+    the gang's shape: nodes, fewest and most accelerators on one node, and
+    distinct localities. Shape arrays left None describe the shape Gavel's
+    table implies: one node of all the accelerators when consolidated, else
+    one accelerator on each of `accelerators` nodes, in one locality.
     """
     n = len(peak_tflops)
     out = np.empty((n, N_PREDICTOR_FEATURES), dtype=np.float64)
@@ -143,7 +167,50 @@ def compute_predictor_features(
     out[:, 11] = interconnect_gbps / 100.0
     out[:, 12] = np.log2(np.maximum(accelerators, 1.0))
     out[:, 13] = consolidated
+    acc = np.maximum(accelerators, 1.0)
+    spread = consolidated < 0.5
+    if nodes is None:
+        nodes = np.where(spread, acc, 1.0)
+    if per_node_min is None:
+        per_node_min = np.where(spread, 1.0, acc)
+    if per_node_max is None:
+        per_node_max = per_node_min
+    if localities is None:
+        localities = np.ones(n)
+    out[:, 14] = np.log2(np.maximum(nodes, 1.0))
+    out[:, 15] = np.log2(np.maximum(per_node_min, 1.0))
+    out[:, 16] = np.log2(np.maximum(per_node_max, 1.0))
+    out[:, 17] = np.maximum(localities, 1.0) - 1.0
     return out.astype(np.float32)
+
+
+def distinct_localities(
+    locality: Sequence[str], nodes: NDArray[np.int64], entry_option: NDArray[np.int64], n_opt: int
+) -> NDArray[np.float64]:
+    """Distinct localities among each option's nodes (1 for a one-node option).
+
+    `locality` is indexed by `nodes` (one entry per option entry); strings are
+    coded by one `np.unique`, so a batch may pass all its requests' localities
+    joined: equal strings of two requests never meet inside one option.
+    """
+    if len(nodes) == 0:
+        return np.ones(n_opt)
+    codes = np.unique(np.asarray(locality, dtype=object), return_inverse=True)[1]
+    code = codes.reshape(-1)[nodes].astype(np.int64)
+    width = int(code.max()) + 1
+    pairs = np.unique(entry_option * width + code)
+    return np.bincount(pairs // width, minlength=n_opt).astype(np.float64)
+
+
+def per_node_extremes(
+    accelerators: NDArray[np.float64], starts: NDArray[np.int64]
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """(fewest, most) accelerators any one entry of each option takes (exact in any grouping)."""
+    if len(accelerators) == 0:
+        return np.zeros(0), np.zeros(0)
+    lo = np.minimum.reduceat(accelerators, starts).astype(np.float64)
+    hi = np.maximum.reduceat(accelerators, starts).astype(np.float64)
+    return lo, hi
 
 
 def _request_features(request: MirrorRequest) -> NDArray[np.float32]:
@@ -162,9 +229,9 @@ def _request_features(request: MirrorRequest) -> NDArray[np.float32]:
         values = np.asarray([n[k] for n in numbers], dtype=np.float64)
         return np.minimum.reduceat(values[cls], starts)
 
-    taken = np.bincount(
-        options.entry_option, weights=options.accelerators.astype(np.float64), minlength=n_opt
-    ).astype(np.float64)
+    take = options.accelerators.astype(np.float64)
+    taken = np.bincount(options.entry_option, weights=take, minlength=n_opt).astype(np.float64)
+    per_min, per_max = per_node_extremes(take, starts)
     return compute_predictor_features(
         job_columns(parse_job_type(request.workload.model_family)),
         slowest(1),
@@ -173,6 +240,10 @@ def _request_features(request: MirrorRequest) -> NDArray[np.float32]:
         slowest(3),
         taken,
         (options.nodes_per_option == 1).astype(np.float64),
+        options.nodes_per_option.astype(np.float64),
+        per_min,
+        per_max,
+        distinct_localities(state.locality, options.node_index, options.entry_option, n_opt),
     )
 
 
@@ -274,6 +345,8 @@ def batch_features(requests: Sequence[MirrorRequest]) -> NDArray[np.float32]:
     cls = node_cls[layout.nodes] + hw_base[layout.request_of_entry]
     slowest = np.minimum.reduceat(caps[cls], layout.starts, axis=0) if len(cls) else caps[:0]
     jobs = np.array([_job_row(r.workload.model_family) for r in requests], dtype=np.float64)
+    per_min, per_max = per_node_extremes(layout.accelerators, layout.starts)
+    locality = [loc for r in requests for loc in r.state.locality]
     return compute_predictor_features(
         np.repeat(jobs, layout.n_options, axis=0),
         slowest[:, 0],
@@ -282,6 +355,10 @@ def batch_features(requests: Sequence[MirrorRequest]) -> NDArray[np.float32]:
         slowest[:, 3],
         layout.per_option(layout.accelerators),
         (layout.nodes_per_option == 1).astype(np.float64),
+        layout.nodes_per_option.astype(np.float64),
+        per_min,
+        per_max,
+        distinct_localities(locality, layout.nodes, layout.entry_option, layout.n_options_total),
     )
 
 
@@ -357,6 +434,8 @@ class PredictorFeatureFunction:
                         job_columns,
                         compute_predictor_features,
                         _request_features,
+                        distinct_localities,
+                        per_node_extremes,
                         capability_numbers,
                     )
                 ],

@@ -20,7 +20,7 @@ feature definition is refused (the policy still loads, without drift).
 Predictors are read with the feature function their manifest names (the
 Gavel predictor's, or the outcome features of the predictor learned from
 simulated logs). A policy with a ``planning`` block is an `LcbPlanner`: its
-model is an outcome predictor (``[N, 18] -> [N, 3]``) it scores with.
+model is an outcome predictor (``[N, 22] -> [N, 3]``) it scores with.
 
 A refused manifest never stops the others: the registry loads the rest and
 reports the refusals. Predictors load first, so policies can use them. The
