@@ -34,6 +34,7 @@ from service.contract import (
 )
 from service.environment.emulator import emulator_distribution, packing_scores
 from service.environment.policy_kit import Distribution, sample
+from service.environment.samples import host_free
 from service.environment.sim import DONE, UNIFORMS_PER_JOB, Randomness, Simulator
 from service.environment.world import EPOCH_S, World
 from service.policies.base import Policy, ScoringBatch
@@ -85,21 +86,24 @@ def contract_request(
     ``accelerators_total`` = devices, ``accelerators_free`` = wholly free
     devices. A share job's options each name the device the server's
     allocator would use. ``utilisation`` is busy devices / devices. Host CPU
-    and memory are not modelled as binding (free = total); queue_length is 0
-    (the queue is global, not per server).
+    and memory free fall with the device share the server's jobs hold
+    (`service.environment.samples.host_free`, an assumption); they never bind,
+    as jobs ask for none. queue_length is 0 (the queue is global, not per
+    server).
     """
     w, opts = sim.world, sim.options(j)
     n = w.n_nodes
     total = w.node_gpus
+    used = np.bincount(w.gpu_node, weights=sim.state.used_share, minlength=n)
     state = ClusterState(
         node_ids=w.node_ids,
         hardware=w.classes,
         node_hardware=_column(w.node_class, np.int32),
         accelerators_free=_column(opts.free, np.int32),
         accelerators_total=_column(total, np.int32),
-        cpu_free=_column(w.node_cpu, np.float32),
+        cpu_free=_column(host_free(w.node_cpu, total, used), np.float32),
         cpu_total=_column(w.node_cpu, np.float32),
-        memory_free_gb=_column(w.node_memory_gb, np.float32),
+        memory_free_gb=_column(host_free(w.node_memory_gb, total, used), np.float32),
         memory_total_gb=_column(w.node_memory_gb, np.float32),
         utilisation=_column(sim.busy_per_node() / total, np.float32),
         queue_length=_column(np.zeros(n), np.int32),

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import NDArray
 
 from service.contract import (
     KNOWN_HARDWARE,
@@ -34,16 +35,54 @@ from service.contract.state import frozen_array
 
 _PAI_CLASS = {"P100": "P100", "T4": "T4", "V100": "V100", "V100M32": "V100-32GB", "CPU": "CPU"}
 
-# Assumptions, not data: (model size in billions of parameters, GB per accelerator).
+# (model size in billions of parameters, GB per accelerator). The sizes are the
+# models' published parameter counts where the architecture fixes them
+# (ResNet-18 11.7M and ResNet-50 25.6M, He et al. 2016; Transformer base 65M,
+# Vaswani et al. 2017; CycleGAN's two generators and two discriminators 28M,
+# Zhu et al. 2017; A3C's Atari network 1.1M, Mnih et al. 2016) and assumptions
+# for the two whose size depends on a vocabulary (LM: 30M, Recommendation: 20M).
+# They are the figures the synthetic requests `gavel-scorer` was trained on use
+# (`service.policies.synthetic`, test_samples checks they agree), so the
+# simulator's `model_size_b` is in that policy's training support. The memory
+# column is an assumption, not data: the traces say nothing about memory.
 _FAMILY_ASSUMPTIONS = {
-    "ResNet-50": (0.026, 10.0),
-    "ResNet-18": (0.012, 6.0),
+    "ResNet-50": (0.0256, 10.0),
+    "ResNet-18": (0.0117, 6.0),
     "Transformer": (0.065, 12.0),
-    "LM": (0.05, 8.0),
+    "LM": (0.03, 8.0),
     "Recommendation": (0.02, 6.0),
-    "A3C": (0.001, 2.0),
-    "CycleGAN": (0.011, 8.0),
+    "A3C": (0.0011, 2.0),
+    "CycleGAN": (0.028, 8.0),
 }
+_DEFAULT_FAMILY = (0.03, 8.0)
+"""A family outside the table (none of Gavel's): a mid-sized model, 8 GB."""
+
+HOST_USE_PER_DEVICE = 0.5
+"""Share of a server's per-device host CPU and memory (``cpu_total / devices``)
+that a job uses for each device (or share of one) it holds: an assumption, not
+data (the traces record no host use); input pipelines of GPU training commonly
+keep a few cores per GPU busy. It only varies the free fractions Runtime would
+report: the simulator's jobs ask for no host CPU or memory, so it binds nothing."""
+
+
+def family_model_size_b(job_type: str) -> float:
+    """Model size (billions of parameters) of a job of `job_type` (`_FAMILY_ASSUMPTIONS`)."""
+    return _FAMILY_ASSUMPTIONS.get(job_type.split(" (")[0], _DEFAULT_FAMILY)[0]
+
+
+def host_free(
+    total: NDArray[np.float64], devices: NDArray[np.int64], used_devices: NDArray[np.float64]
+) -> NDArray[np.float64]:
+    """Free host CPU (or memory) per server when jobs hold `used_devices` of its `devices`.
+
+    ``total * (1 - HOST_USE_PER_DEVICE * used / devices)``: a busy server still
+    has half its host free, an idle one all of it (`HOST_USE_PER_DEVICE`).
+    """
+    used = np.asarray(used_devices, dtype=np.float64) / np.maximum(devices, 1)
+    out: NDArray[np.float64] = np.asarray(total, dtype=np.float64) * (
+        1.0 - HOST_USE_PER_DEVICE * np.clip(used, 0.0, 1.0)
+    )
+    return out
 
 
 def family_memory_gb(job_type: str) -> float:
@@ -52,7 +91,7 @@ def family_memory_gb(job_type: str) -> float:
     An assumption, not data: the traces say nothing about memory. The
     simulator's share jobs ask for this much memory on their device.
     """
-    return _FAMILY_ASSUMPTIONS.get(job_type.split(" (")[0], (0.05, 8.0))[1]
+    return _FAMILY_ASSUMPTIONS.get(job_type.split(" (")[0], _DEFAULT_FAMILY)[1]
 
 
 def shared_data_dir() -> Path:
@@ -151,7 +190,7 @@ def sample_requests(
     jobs = read_trace(trace, limit=count)
     for i, job in enumerate(jobs):
         state = sample_state(n_nodes, rng)
-        size_b, mem_gb = _FAMILY_ASSUMPTIONS.get(job.family, (0.05, 8.0))
+        size_b, mem_gb = _FAMILY_ASSUMPTIONS.get(job.family, _DEFAULT_FAMILY)
         workload = Workload(
             workload_id=f"job-{i}",
             kind=WorkloadKind.TRAIN,

@@ -24,7 +24,7 @@ from service.environment.data import (
     philly_surge_factor,
 )
 from service.environment.partitions import MIG_PROFILES, partition_class
-from service.environment.samples import family_memory_gb
+from service.environment.samples import family_memory_gb, family_model_size_b
 from service.environment.scenario import NodeGroup, Scenario
 
 MAX_GPUS_PER_JOB = max(SCALE_FACTORS)
@@ -325,9 +325,11 @@ class World:
     def workload(self, jobs: EpisodeJobs, j: int, workload_id: str) -> Workload:
         """The contract `Workload` of job `j`.
 
-        ``model_family`` is the Gavel job type (model and batch size); the
-        trace has no model size, memory, CPU, priority or tenant beyond the VC,
-        so those are 0 / the VC rather than made up.
+        ``model_family`` is the Gavel job type (model and batch size);
+        ``model_size_b`` is the family's documented size
+        (`service.environment.samples.family_model_size_b`). The trace has no
+        host CPU, host memory, priority or tenant beyond the VC, so those are
+        0 / the VC rather than made up.
         """
         k = int(jobs.gpus[j])
         sf = SCALE_FACTORS.index(k)
@@ -347,7 +349,7 @@ class World:
             workload_id=workload_id,
             kind=kind,
             model_family=self.table.job_types[int(jobs.type_idx[j])],
-            model_size_b=0.0,
+            model_size_b=family_model_size_b(self.table.job_types[int(jobs.type_idx[j])]),
             accelerators=0 if share > 0 else k,
             accelerator_memory_gb=float(jobs.memory_gb[j]),
             accelerator_share=share if share > 0 else None,
