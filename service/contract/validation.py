@@ -284,6 +284,8 @@ def validate_request(request: MirrorRequest, limits: RequestLimits | None = None
         raise InvalidInput(
             f"options[{bad}]", f"spans more than {limits.max_nodes_per_option} nodes"
         )
+    if request.schema_version != V1_SCHEMA:
+        _check_gang_size(request.workload.gang_size, sizes)
     if len(o.accelerators) != len(o.node_index):
         raise InvalidInput("options.accelerators", "must have one count per node entry")
     # not empty here: every option has a node, and there is at least one option
@@ -314,6 +316,27 @@ def validate_request(request: MirrorRequest, limits: RequestLimits | None = None
         raise InvalidInput("quota_remaining", f"must be finite and >= 0, got {q}")
     check_request_texts(request)
     check_request_support(request)  # last: it runs feasibility on the validated request
+
+
+def _check_gang_size(gang_size: int, sizes: NDArray[np.int64]) -> None:
+    """Refuse an option spanning more nodes than `workload.gang_size` (schema 2).
+
+    `gang_size` is the most nodes one option of the job may span: Runtime's job
+    spec says how far the gang may spread, and an option beyond it is one
+    Runtime enumerated against its own spec. Fewer is fine (a gang of up to 4
+    may run on one node). Schema 1 keeps its old meaning (the field was read by
+    nothing, and senders such as the simulator sent 1 for spread gangs), so
+    only schema-2 requests are held to it (docs/contract.md, "Workload").
+    """
+    if _highest(sizes) <= gang_size:
+        return
+    bad = _first_bad(sizes > gang_size)
+    assert bad is not None  # some option spans more than gang_size
+    raise InvalidInput(
+        f"options[{bad}]",
+        f"spans {int(sizes[bad])} nodes, more than `workload.gang_size` ({gang_size}), "
+        "the most nodes one option of the job may span",
+    )
 
 
 def validate_workload(request: MirrorRequest) -> None:

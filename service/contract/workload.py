@@ -37,7 +37,9 @@ class Workload:
         accelerator_memory_gb: memory needed on each accelerator, GB.
         cpu_per_node: host CPU cores needed on every node of the placement.
         memory_per_node_gb: host memory needed on every node of the placement.
-        gang_size: nodes the job spans when spread (1 = single node).
+        gang_size: the most nodes one option of the job may span (1 = single node
+            only); a schema-2 option spanning more is refused (docs/contract.md,
+            "Gang size"). Features read the shape from the options, not from this.
         priority: higher is more important; Runtime's scale.
         tenant: owner of the job, for quota and slicing.
         slo_seconds: completion deadline from submission, seconds; None = no SLO.

@@ -110,7 +110,9 @@ def random_workload(rng: np.random.Generator, index: int) -> Workload:
         accelerator_memory_gb=float(min(base + per_sample * batch, 15.0)),
         cpu_per_node=4.0,
         memory_per_node_gb=32.0,
-        gang_size=1 if accelerators <= 4 else 2,
+        # the most nodes an option may span (contract): `enumerate_options` offers
+        # two-node gangs from 2 accelerators on
+        gang_size=2 if accelerators >= 2 else 1,
         priority=int(rng.integers(0, 10)),
         tenant=f"tenant-{int(rng.integers(0, 3))}",
         slo_seconds=float(rng.choice([3600.0, 86400.0])) if rng.random() < 0.5 else None,

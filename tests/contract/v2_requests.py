@@ -98,6 +98,21 @@ def with_distribution(request: MirrorRequest) -> MirrorRequest:
     return dataclasses.replace(request, production=production)
 
 
+def spread(request: MirrorRequest, gang_size: int = 2) -> MirrorRequest:
+    """`request` with one more option, a gang over its first two nodes (one accelerator
+    on each), and `workload.gang_size` set to `gang_size` (2 admits the gang)."""
+    o = request.options
+    options = dataclasses.replace(
+        o,
+        node_offsets=frozen_array([*o.node_offsets.tolist(), len(o.node_index) + 2], np.int64),
+        node_index=frozen_array([*o.node_index.tolist(), 0, 1], np.int32),
+        accelerators=frozen_array([*o.accelerators.tolist(), 1, 1], np.int32),
+        option_ids=(*o.option_ids, "spread-0-1") if o.option_ids else (),
+    )
+    w = dataclasses.replace(request.workload, gang_size=gang_size)
+    return dataclasses.replace(request, workload=w, options=options)
+
+
 def as_schema_1(request: MirrorRequest) -> MirrorRequest:
     """`request` declared as schema version 1 (it must use no v2 field)."""
     return dataclasses.replace(request, schema_version=1)

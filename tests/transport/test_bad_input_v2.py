@@ -130,6 +130,14 @@ def _v1(r: MirrorRequest) -> MirrorRequest:
     return v2.as_schema_1(r)
 
 
+def _spread(r: MirrorRequest) -> MirrorRequest:
+    return v2.spread(r, gang_size=2)  # its last option spans 2 nodes, as gang_size allows
+
+
+def _v1_spread_beyond_gang(r: MirrorRequest) -> MirrorRequest:
+    return v2.as_schema_1(v2.spread(r, gang_size=1))  # v1: gang_size keeps its old meaning
+
+
 def _v1_devices(r: MirrorRequest) -> MirrorRequest:
     return v2.as_schema_1(v2.with_devices(r))
 
@@ -450,6 +458,21 @@ CASES: list[Case] = [
         "`state.accelerators_total` must sum to at most 1000000 devices",
         "state.accelerators_total",
     ),
+    # ---- workload.gang_size: the most nodes one option may span (schema 2)
+    Case(
+        "option spanning more nodes than gang_size",
+        _spread,
+        *_same("workload.gang_size", 1),
+        "spans 2 nodes, more than `workload.gang_size` (1)",
+        "options[]",
+    ),
+    Case(
+        "gang_size below 1",
+        _plain,
+        *_same("workload.gang_size", 0),
+        "`workload.gang_size` must be >= 1, got 0",
+        "workload.gang_size",
+    ),
     # ---- schema 1 may carry no schema-2 field
     Case(
         "v1 with devices",
@@ -589,7 +612,8 @@ def test_every_v2_variant_used_above_is_accepted_on_both_transports(
     requests_sample: list[MirrorRequest],
 ) -> None:
     """The rows above fail because of their one change: the bases themselves are valid."""
-    bases = [DEV, NAMED, SHARE, DIST, v2.unknown_capabilities, _plain, _v1]
+    bases = [DEV, NAMED, SHARE, DIST, v2.unknown_capabilities, _plain, _v1, _spread]
+    bases += [_v1_spread_beyond_gang]  # schema 1: a gang beyond gang_size keeps its meaning
     for i, make in enumerate(bases):
         request = dataclasses.replace(make(requests_sample[i]), request_id=f"v2-ok-{i}")
         ack = stub.Mirror(mirror_request_to_pb(request), metadata=auth)
