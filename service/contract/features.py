@@ -16,7 +16,7 @@ definition is detected instead of silently fed shifted inputs.
 column (same definitions, some at new positions) and adds: an open workload
 kind ("other"), the QoS class, a share request, the fit of the option's
 devices, explicit indicators for unknown capability numbers, and the gang's
-shape (accelerators per node).
+shape (accelerators per node, interconnect class).
 
 Features per option (aggregated over the option's nodes; "min" for capabilities
 because a gang runs at the pace of its slowest member):
@@ -61,6 +61,9 @@ col    name                        definition
 35     device_memory_headroom      (best free memory among them - needed) / memory_scale_gb
 36     accelerators_per_node_min   log2(1 + fewest accelerators the option takes on a node)
 37     accelerators_per_node_max   log2(1 + most accelerators the option takes on a node)
+38     interconnect_class          slowest link tier the gang crosses: 0 = one node
+                                   (its intra-node link, col 8), 1 = several
+                                   nodes of one locality, 2 = several localities
 =====  ==========================  ==========================================
 
 Unknown capability numbers (None) are imputed with `IMPUTED_CAPABILITIES`, the
@@ -78,8 +81,15 @@ from a class of unknown memory) counts as the imputed memory.
 
 Gang shape (issue 23): nodes (col 0), localities spanned (col 3) and
 accelerators per node (cols 36-37) tell a one-node ``4`` from ``22`` and
-``1111`` from the options alone; the contract carries no interconnect class
-between nodes, so none is invented.
+``1111`` from the options alone. The interconnect class (col 38) is derived
+only from what the request says: an option on one node talks over that
+node's intra-node link (its class's ``interconnect_gbps``, col 8); one on
+several nodes of one locality (``ClusterState.locality``, the interconnect
+domain: rack, NVLink or InfiniBand island) crosses the links between nodes of
+a domain; one on several localities crosses domains, the slowest tier. The
+contract carries no bandwidth between nodes or domains, so the class is an
+ordinal tier, not a number invented for it; ``workload.gang_size`` is not
+read (the options say the shape).
 """
 
 from __future__ import annotations
@@ -144,6 +154,7 @@ FEATURE_NAMES: tuple[str, ...] = (
     "device_memory_headroom",
     "accelerators_per_node_min",
     "accelerators_per_node_max",
+    "interconnect_class",
 )
 N_FEATURES = len(FEATURE_NAMES)
 
@@ -343,6 +354,7 @@ def compute_features(
     out[:, 35] = (best_memory - workload.accelerator_memory_gb) / c.memory_scale_gb
     out[:, 36] = np.log2(1.0 + _min_per_option(taken, starts))
     out[:, 37] = np.log2(1.0 + np.maximum.reduceat(taken, starts))
+    out[:, 38] = out[:, 1] + (out[:, 3] > 0)  # 0 one node, 1 one locality, 2 several
     return out.astype(np.float32)
 
 
@@ -533,6 +545,7 @@ def compute_features_batch(
     out[:, 35] = (best_memory - w[:, 0]) / c.memory_scale_gb
     out[:, 36] = np.log2(1.0 + _min_per_option(taken, starts))
     out[:, 37] = np.log2(1.0 + np.maximum.reduceat(taken, starts))
+    out[:, 38] = out[:, 1] + (out[:, 3] > 0)  # 0 one node, 1 one locality, 2 several
     return out.astype(np.float32)
 
 

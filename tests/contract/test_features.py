@@ -89,7 +89,7 @@ def test_editing_the_computation_changes_the_hash(tmp_path: Path) -> None:
 
 def test_version_is_features_v2_with_its_own_hash() -> None:
     assert DEFAULT_FEATURES.version == "features-v2"
-    assert len(FEATURE_NAMES) == len(set(FEATURE_NAMES)) == N_FEATURES == 38
+    assert len(FEATURE_NAMES) == len(set(FEATURE_NAMES)) == N_FEATURES == 39
 
 
 def _cluster(hardware: tuple[HardwareClass, ...], **devices: object) -> ClusterState:
@@ -251,3 +251,43 @@ def test_gang_shapes_4_22_1111_differ() -> None:
         np.log2(1.0 + np.array([4, 2, 1, 3])).tolist()
     )
     assert x[:, col("localities_spanned")].tolist() == [0.0, 0.0, 1.0, 1.0]
+
+
+def test_gang_shape_rows_4_22_1111_differ_and_locality_changes_them() -> None:
+    """Whole rows of one request's `4`, `22` and `1111` options differ, and moving a gang
+    across a locality boundary changes its row (localities spanned, interconnect class)
+    while everything but the shape and the nodes' own numbers stays put.
+
+    Nodes 0-1 are in rack-a, 2-3 in rack-b (`_cluster`), all alike.
+    """
+    state = _cluster((V100,))
+    options = _options(
+        [
+            [(0, 4)],  # 4
+            [(0, 2), (1, 2)],  # 22 in one locality
+            [(0, 2), (2, 2)],  # 22 across localities
+            [(0, 1), (1, 1), (2, 1), (3, 1)],  # 1111 (across)
+        ]
+    )
+    x = DEFAULT_FEATURES(state, _workload(), options)
+    assert len({tuple(row) for row in x.tolist()}) == 4
+    assert x[:, col("interconnect_class")].tolist() == [0.0, 1.0, 2.0, 2.0]
+    assert x[:, col("localities_spanned")].tolist() == [0.0, 0.0, 1.0, 1.0]
+    one_rack, two_racks = x[1], x[2]
+    changed = {FEATURE_NAMES[k] for k in np.flatnonzero(one_rack != two_racks)}
+    assert changed == {"localities_spanned", "interconnect_class"}
+    # the one-node option's link is its class's intra-node link (col `interconnect`)
+    assert x[0, col("interconnect")] == pytest.approx(V100.interconnect_gbps / 900.0)
+
+
+def test_interconnect_class_reads_only_the_request() -> None:
+    """Same nodes, different locality labels: the class follows the labels; gang_size is
+    not read (the options say the shape)."""
+    options = _options([[(0, 1), (1, 1)]])
+    same = _cluster((V100,))
+    apart = dataclasses.replace(same, locality=("rack-a", "rack-b", "rack-b", "rack-b"))
+    assert DEFAULT_FEATURES(same, _workload(), options)[0, col("interconnect_class")] == 1.0
+    assert DEFAULT_FEATURES(apart, _workload(), options)[0, col("interconnect_class")] == 2.0
+    for gang_size in (1, 2, 64):
+        x = DEFAULT_FEATURES(same, _workload(gang_size=gang_size), options)
+        assert x.tobytes() == DEFAULT_FEATURES(same, _workload(), options).tobytes()

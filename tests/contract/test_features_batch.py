@@ -264,6 +264,15 @@ def test_random_batch_compositions(random_pool: list[MirrorRequest]) -> None:
         assert_batch_matches(_items([random_pool[int(i)] for i in picks]))
 
 
+def test_the_random_pool_holds_every_interconnect_class(
+    random_pool: list[MirrorRequest],
+) -> None:
+    """The bit-identity tests above cover one-node, one-locality and cross-locality rows."""
+    x = DEFAULT_FEATURES.batch(_items(random_pool))
+    classes = x[:, DEFAULT_FEATURES.names.index("interconnect_class")]
+    assert set(np.unique(classes).tolist()) == {0.0, 1.0, 2.0}
+
+
 def test_sample_requests(requests_sample: list[MirrorRequest]) -> None:
     assert_batch_matches(_items(requests_sample))
 
