@@ -27,9 +27,10 @@ Python — and compared:
   and the ``n`` live rows as independent — they are not (options of one
   request share its workload, requests of one window share cluster state), so
   the p-value is descriptive and the flag rule does not use it.
-- Novelty: hardware classes (of the options' nodes), workload kinds and QoS
-  classes never seen in training (kind and QoS are open vocabularies: an
-  unknown value is accepted by the contract and flagged here).
+- Novelty: hardware classes (of the options' nodes), workload kinds, QoS
+  classes and model families never seen in training (kind and QoS are open
+  vocabularies: an unknown value is accepted by the contract and flagged here;
+  families come from the policy's manifest, `with_model_families`).
 - Out-of-support rows: a feature outside the training ``[min, max]`` or a row
   of a request with an unseen category.
 
@@ -102,10 +103,12 @@ from service.checks.drift_reference import (
     build_reference,
     gap_statistic,
     ks_pvalue,
+    model_family_of,
     positive_gaps,
     psi,
     request_categories,
     select_rule,
+    with_model_families,
 )
 
 
@@ -118,9 +121,10 @@ class WindowDrift:
         psi, ks: float64 ``(F,)`` per feature.
         statistic: ``T`` of the rule; threshold: the rule's.
         flagged: ``T > threshold``, an unseen category, or `arrival_flagged`.
-        unseen_hardware, unseen_kinds, unseen_qos: categories never seen in training
-            (``"(unset)"`` in `unseen_qos`: requests without a QoS class, when training
-            always had one).
+        unseen_hardware, unseen_kinds, unseen_qos, unseen_families: categories never
+            seen in training (``"(unset)"`` in `unseen_qos`: requests without a QoS
+            class, when training always had one; families are checked only when the
+            reference knows them, `FeatureReference.model_families`).
         out_of_support_rows: rows outside the training range or of a novel request.
         decisions, out_of_support_decisions: the policy's decisions in the window,
             and those made on an out-of-support input.
@@ -145,6 +149,7 @@ class WindowDrift:
     arrival_shift: float = math.nan
     arrival_flagged: bool = False
     unseen_qos: tuple[str, ...] = ()
+    unseen_families: tuple[str, ...] = ()
 
     @property
     def psi_max(self) -> float:
@@ -177,6 +182,7 @@ class WindowAccumulator:
         self.unseen_hardware: set[str] = set()
         self.unseen_kinds: set[str] = set()
         self.unseen_qos: set[str] = set()
+        self.unseen_families: set[str] = set()
         self.out_of_support_rows = 0
         self.decisions = 0
         self.out_of_support_decisions = 0
@@ -200,6 +206,7 @@ class WindowAccumulator:
         decisions: int = 0,
         out_of_support_decisions: int = 0,
         qos: Iterable[str] = (),
+        families: Iterable[str] = (),
     ) -> None:
         """Add the rows `x` (``(n, F)``) of `n_requests` requests and what was seen in them."""
         r = self.reference
@@ -212,6 +219,8 @@ class WindowAccumulator:
         self.unseen_kinds |= set(kinds) - r.workload_kinds
         if r.qos_classes is not None:
             self.unseen_qos |= {q or "(unset)" for q in set(qos) - r.qos_classes}
+        if r.model_families is not None:
+            self.unseen_families |= {f or "(unset)" for f in set(families) - r.model_families}
         self.out_of_support_rows += out_of_support_rows
         self.decisions += decisions
         self.out_of_support_decisions += out_of_support_decisions
@@ -220,7 +229,9 @@ class WindowAccumulator:
         """The window's drift; the accumulator starts a new window."""
         psi_values = self.reference.psi(self.psi_counts)
         statistic = self.rule.statistic(psi_values)
-        novel = bool(self.unseen_hardware or self.unseen_kinds or self.unseen_qos)
+        novel = bool(
+            self.unseen_hardware or self.unseen_kinds or self.unseen_qos or self.unseen_families
+        )
         arrival = gap_statistic(np.concatenate(self.gaps)) if self.gaps else math.nan
         arrival_flagged = self.rule.arrival_flagged(arrival)
         out = WindowDrift(
@@ -242,6 +253,7 @@ class WindowAccumulator:
             arrival_shift=self.rule.arrival_shift(arrival),
             arrival_flagged=arrival_flagged,
             unseen_qos=tuple(sorted(self.unseen_qos)),
+            unseen_families=tuple(sorted(self.unseen_families)),
         )
         self._reset()
         return out
@@ -295,6 +307,7 @@ class WindowAccumulator:
                 hardware=set().union(*(categories[i][0] for i in range(start, end))),
                 kinds={categories[i].kind for i in range(start, end)},
                 qos={categories[i].qos for i in range(start, end)},
+                families={categories[i].family for i in range(start, end)},
                 out_of_support_rows=int(oos_row[lo:hi].sum()),
                 decisions=int(decided[start:end].sum()),
                 out_of_support_decisions=int(oos_decision[start:end].sum()),
@@ -329,8 +342,10 @@ __all__ = [
     "calibrate_arrival",
     "gap_statistic",
     "ks_pvalue",
+    "model_family_of",
     "positive_gaps",
     "psi",
     "request_categories",
     "select_rule",
+    "with_model_families",
 ]

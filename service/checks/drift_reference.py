@@ -7,6 +7,7 @@ statistics (PSI, KS, the arrival statistic) and `FlagRule`; the design is in
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -67,6 +68,10 @@ class FeatureReference:
         hardware_classes, workload_kinds: categories seen in training.
         qos_classes: QoS classes seen in training (``""`` = unset); None = not
             recorded (a summary written before contract v2): QoS is then not checked.
+        model_families: model families seen in training (`model_family_of`: the
+            family without its batch size), from the manifest's
+            ``training_data.model_families`` (`with_model_families`); None = not
+            known (no manifest list): families are then not checked.
     """
 
     names: tuple[str, ...]
@@ -80,6 +85,7 @@ class FeatureReference:
     hardware_classes: frozenset[str]
     workload_kinds: frozenset[str]
     qos_classes: frozenset[str] | None = None
+    model_families: frozenset[str] | None = None
     _psi_offsets: NDArray[np.int64] = field(init=False, repr=False)
     _grid_offsets: NDArray[np.int64] = field(init=False, repr=False)
 
@@ -145,19 +151,22 @@ class FeatureReference:
         """The parts of one request's `categories` never seen in training (empty = none).
 
         Open vocabularies (issue 22): an unknown workload kind or QoS class is
-        accepted by the contract and flagged here, as an unseen hardware class is.
+        accepted by the contract and flagged here, as an unseen hardware class is;
+        so is a model family outside the manifest's (issue 23).
         """
-        hardware, kind, qos = categories
+        hardware, kind, qos, family = categories
+        families = self.model_families
         return Categories(
             frozenset(hardware - self.hardware_classes),
             "" if kind in self.workload_kinds else kind,
             "" if self.qos_classes is None or qos in self.qos_classes else qos or "(unset)",
+            "" if families is None or family in families else family or "(unset)",
         )
 
     def is_novel(self, categories: Categories) -> bool:
         """Whether one request has a category never seen in training."""
         unseen = self.unseen(categories)
-        return bool(unseen.hardware or unseen.kind or unseen.qos)
+        return bool(unseen.hardware or unseen.kind or unseen.qos or unseen.family)
 
     def outside(self, x: NDArray[np.floating]) -> NDArray[np.bool_]:
         """Rows with any feature outside the training ``[min, max]``, shape ``(n,)``."""
@@ -227,28 +236,53 @@ def build_reference(
 
 
 class Categories(NamedTuple):
-    """What drift checks for novelty in one request (open vocabularies, issue 22).
+    """What drift checks for novelty in one request (open vocabularies, issues 22, 23).
 
     Attributes:
         hardware: class names of the request's option nodes.
         kind: the workload kind, as sent (known or not).
         qos: the QoS class, as sent (``""`` = unset).
+        family: the model family (`model_family_of`; ``""`` = unset).
     """
 
     hardware: frozenset[str]
     kind: str
     qos: str
+    family: str = ""
+
+
+def model_family_of(model_family: str) -> str:
+    """The family of a workload's ``model_family``: without a ``" (batch size ...)"`` suffix.
+
+    Gavel spells job types ``"ResNet-50 (batch size 64)"``; manifests list
+    families (``ResNet-50``): a new batch size of a known model is not a new family.
+    """
+    return model_family.split(" (")[0].strip()
 
 
 def request_categories(request: MirrorRequest) -> Categories:
-    """Hardware classes of the request's option nodes, its workload kind and QoS class."""
+    """Hardware classes of the request's option nodes, its workload kind, QoS class and family."""
     state = request.state
     used = np.unique(state.node_hardware[request.options.node_index])
     return Categories(
         frozenset(state.hardware[int(i)].name for i in used),
         str(request.workload.kind),
         str(request.workload.qos_class),
+        model_family_of(str(request.workload.model_family)),
     )
+
+
+def with_model_families(
+    reference: FeatureReference, families: Iterable[str] | None
+) -> FeatureReference:
+    """`reference` checking model families against `families` (a manifest's
+    ``training_data.model_families``); None or empty leaves it unchecked.
+
+    The families live in the manifest, not in the summary file: the build that
+    fitted the policy knows them (`service.learning.build_models`, `understudy train`).
+    """
+    names = frozenset(model_family_of(f) for f in families or ())
+    return dataclasses.replace(reference, model_families=names or None)
 
 
 def positive_gaps(times: NDArray[np.floating], after: float | None = None) -> NDArray[np.float64]:

@@ -24,7 +24,10 @@ scored request whose kind is not a documented `WorkloadKind`, whose QoS class
 is set and not in `KNOWN_QOS_CLASSES`, or whose option nodes include a class
 that is not a known one is counted once per field in
 ``understudy_unseen_vocabulary_total{field}`` (field = kind, qos_class,
-hardware), whatever the policies.
+hardware), whatever the policies; field = model_family counts requests whose
+model family (without its batch size) is in no monitored policy's training
+families (the manifests' ``training_data.model_families``), while some policy
+lists families.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import numpy as np
 
 from service.checks.drift import (
     NO_DECISION,
+    Categories,
     FlagRule,
     WindowAccumulator,
     WindowDrift,
@@ -52,7 +56,7 @@ from service.policies.training_summary import TrainingReference
 
 log = logging.getLogger(__name__)
 
-VOCABULARY_FIELDS = ("kind", "qos_class", "hardware")
+VOCABULARY_FIELDS = ("kind", "qos_class", "hardware", "model_family")
 """Label values of ``understudy_unseen_vocabulary_total``."""
 
 
@@ -89,6 +93,12 @@ class DriftMonitor:
                 metrics.drift_arrival_shift.labels(name).set(0)
         for vocabulary in VOCABULARY_FIELDS:
             metrics.unseen_vocabulary.labels(vocabulary)
+        known = [w.reference.model_families for w in self._windows.values()]
+        self._families: frozenset[str] | None = (
+            frozenset().union(*(f for f in known if f is not None))
+            if any(f is not None for f in known)
+            else None
+        )  # families some monitored policy was trained on; None: no policy lists any
 
     @property
     def policies(self) -> tuple[str, ...]:
@@ -106,7 +116,7 @@ class DriftMonitor:
 
     def _observe(self, batch: ScoringBatch, decisions: Sequence[ScoredDecision]) -> None:
         categories = [request_categories(r) for r in batch.requests]
-        self._count_vocabulary(batch.requests)
+        self._count_vocabulary(batch.requests, categories)
         times = np.fromiter((r.request_time for r in batch.requests), np.float64, batch.n_requests)
         index = {r.request_id: i for i, r in enumerate(batch.requests)}  # fallback only
         with self._lock:
@@ -129,9 +139,13 @@ class DriftMonitor:
                 for w in closed:
                     self._record(name, w)
 
-    def _count_vocabulary(self, requests: Sequence[MirrorRequest]) -> None:
+    def _count_vocabulary(
+        self, requests: Sequence[MirrorRequest], categories: Sequence[Categories]
+    ) -> None:
         """Count requests with values outside the documented vocabularies, per field."""
         counts = dict.fromkeys(VOCABULARY_FIELDS, 0)
+        if self._families is not None:
+            counts["model_family"] = sum(c.family not in self._families for c in categories)
         for r in requests:
             counts["kind"] += not r.workload.kind_known
             qos = r.workload.qos_class
@@ -155,7 +169,8 @@ class DriftMonitor:
             top = int(np.nanargmax(w.psi / self.rules[name].scale))
             log.warning(
                 "drift window flagged for %s: T=%.2f vs %.2f (top feature %s PSI %.3f);"
-                " unseen hardware %s, kinds %s, QoS %s; arrival shift %.2f (flagged: %s)",
+                " unseen hardware %s, kinds %s, QoS %s, model families %s;"
+                " arrival shift %.2f (flagged: %s)",
                 name,
                 w.statistic,
                 w.threshold,
@@ -164,6 +179,7 @@ class DriftMonitor:
                 list(w.unseen_hardware),
                 list(w.unseen_kinds),
                 list(w.unseen_qos),
+                list(w.unseen_families),
                 w.arrival_shift,
                 w.arrival_flagged,
             )

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from service.checks.drift_reference import with_model_families
 from service.contract import DEFAULT_FEATURES, N_FEATURES, FeatureFunction
 from service.policies.base import Policy, ScoringBatch
 from service.policies.baselines import builtin_baselines
@@ -274,10 +275,20 @@ def load_registry(
     for name, m in manifests.items():
         try:
             if name in policies and (summary := load_summary(m.directory, features)) is not None:
-                summaries[name] = summary
+                summaries[name] = with_manifest_families(summary, m)
         except PolicyLoadError as exc:
             summaries_refused[name] = exc
             log.error("refused training summary of %s: %s", name, exc.problem)
     return Registry(
         policies, dict(loader.predictors), manifests, refused, summaries, summaries_refused
     )
+
+
+def with_manifest_families(summary: TrainingReference, manifest: Manifest) -> TrainingReference:
+    """`summary` whose drift reference flags model families outside the manifest's
+    ``training_data.model_families`` (docs/drift.md "Novelty"); unchanged when the
+    manifest lists none. The summary file does not record families: the build does.
+    """
+    families = manifest.training_data.model_families
+    reference = with_model_families(summary.reference, families)
+    return dataclasses.replace(summary, reference=reference)

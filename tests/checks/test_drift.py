@@ -23,10 +23,12 @@ from service.checks.drift import (
     calibrate_arrival,
     gap_statistic,
     ks_pvalue,
+    model_family_of,
     positive_gaps,
     psi,
     request_categories,
     select_rule,
+    with_model_families,
 )
 from service.contract import DEFAULT_FEATURES, FEATURE_NAMES
 from service.policies.errors import PolicyLoadError
@@ -143,6 +145,31 @@ def test_unseen_qos_classes_and_unknown_kinds_flag_like_unseen_hardware() -> Non
     # unset QoS where training always had one is flagged too, and named
     strict = build_reference(x, ONE, {"K80"}, {"train"}, qos_classes={"LS"})
     assert strict.unseen(cats[0]).qos == "(unset)"
+
+
+def test_unseen_model_families_flag_and_are_named_when_the_reference_knows_them() -> None:
+    """Issue 23: a manifest's ``model_families`` make drift flag a family it never saw."""
+    x = np.linspace(0, 1, 50)[:, None]
+    plain = build_reference(x, ONE, {"K80"}, {"train"})
+    ref = with_model_families(plain, ["ResNet-50", "LM (batch size 20)"])
+    assert ref.model_families == {"ResNet-50", "LM"}
+    assert model_family_of("ResNet-50 (batch size 64)") == "ResNet-50"
+    acc = WindowAccumulator(ref, _rule(threshold=1e9), window_requests=4)
+    cats = [
+        Categories(frozenset({"K80"}), "train", "", "ResNet-50"),
+        Categories(frozenset({"K80"}), "train", "", "LM"),  # a new batch size is no new family
+        Categories(frozenset({"K80"}), "train", "", "Llama-3-8B"),  # unseen family
+        Categories(frozenset({"K80"}), "train", "", "GPT-2"),  # unseen family
+    ]
+    [w] = acc.feed(np.full((4, 1), 0.5), np.arange(5), cats, chosen=np.array([0, 0, 0, 0]))
+    assert w.flagged and w.unseen_families == ("GPT-2", "Llama-3-8B")
+    assert (w.out_of_support_decisions, w.out_of_support_rows) == (2, 2)
+    assert w.statistic < w.threshold  # flagged by novelty alone
+    [w] = acc.feed(np.full((4, 1), 0.5), np.arange(5), [cats[0], cats[1]] * 2)
+    assert not w.flagged and w.unseen_families == ()
+    # without a manifest list families are not checked, as before
+    assert with_model_families(plain, []).model_families is None
+    assert not plain.is_novel(cats[2])
 
 
 def test_out_of_support_decisions_follow_the_chosen_row() -> None:

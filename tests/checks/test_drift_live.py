@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from service.cli.demo import simulated_runtime
 from service.contract import DEFAULT_FEATURES, HardwareClass, MirrorRequest
+from service.environment import simulated_episodes
 from service.evaluator.drift_monitor import DriftMonitor
 from service.metrics import ServiceMetrics
 from service.pipeline.scoring import score_requests
@@ -54,7 +55,7 @@ def test_live_drift_windows_match_the_offline_section(
         assert sample("understudy_drift_out_of_support_decisions_total", policy=p) == 0.0
         timed = p != "gavel-scorer"  # trained on synthetic requests: no arrival process
         assert sample("understudy_drift_arrival_shift", policy=p) == (0.0 if timed else None)
-    for field in ("kind", "qos_class", "hardware"):  # open vocabularies: counted from 0
+    for field in ("kind", "qos_class", "hardware", "model_family"):  # counted from 0
         assert sample("understudy_unseen_vocabulary_total", field=field) == 0.0
     for baseline in ("first-fit", "least-loaded"):  # no training data, no series
         assert sample("understudy_drift_flagged", policy=baseline) is None
@@ -180,3 +181,47 @@ def test_unknown_kinds_qos_and_capabilities_score_and_are_flagged_and_counted() 
     assert sample("understudy_unseen_vocabulary_total", field="qos_class") == WINDOW
     hardware = sample("understudy_unseen_vocabulary_total", field="hardware")
     assert hardware is not None and 0 < hardware <= WINDOW
+    # the synthetic requests' families are Gavel's, which every manifest lists
+    assert sample("understudy_unseen_vocabulary_total", field="model_family") == 0
+
+
+def test_a_stream_of_unseen_model_families_is_flagged_named_and_counted() -> None:
+    """Issue 23: the manifests' ``training_data.model_families`` are read by drift.
+
+    Before, nothing read them: a window of requests of families no policy was
+    trained on (known kind, QoS and hardware, features in range) went unflagged.
+    """
+    registry = load_registry(POLICIES_DIR)
+    for p in TRAINED:
+        families = registry.manifests[p].training_data.model_families
+        assert registry.training_summaries[p].reference.model_families == set(families)
+    metrics = ServiceMetrics(CollectorRegistry())
+    monitor = DriftMonitor(registry.training_summaries, WINDOW, metrics)
+    # the simulator's training scenario: hardware, kinds and QoS every policy saw
+    stream = [r for group, _ in simulated_episodes("train", 1, range(12)) for r in group]
+    assert len(stream) >= 2 * WINDOW
+    known, renamed = stream[:WINDOW], stream[WINDOW : 2 * WINDOW]
+    policies = list(registry.policies.values())
+    for start in range(0, len(known), 50):  # Gavel's families: not flagged as novel
+        batch, decisions, _ = score_requests(known[start : start + 50], policies, DEFAULT_FEATURES)
+        monitor.observe(batch, decisions)
+    for p in TRAINED:
+        assert monitor.last[p].unseen_families == ()
+    new = ("Llama-3-8B", "Mixtral-8x7B (batch size 4)")
+    unseen = [
+        dataclasses.replace(r, workload=dataclasses.replace(r.workload, model_family=new[i % 2]))
+        for i, r in enumerate(renamed)
+    ]
+    for start in range(0, len(unseen), 50):
+        batch, decisions, _ = score_requests(unseen[start : start + 50], policies, DEFAULT_FEATURES)
+        monitor.observe(batch, decisions)
+
+    def sample(metric: str, **labels: str) -> float | None:
+        return metrics.registry.get_sample_value(metric, labels)
+
+    for p in TRAINED:
+        w = monitor.last[p]
+        assert w.flagged and w.unseen_families == ("Llama-3-8B", "Mixtral-8x7B")
+        assert (w.unseen_kinds, w.unseen_qos, w.unseen_hardware) == ((), (), ())
+        assert w.out_of_support_decisions == w.decisions > 0
+    assert sample("understudy_unseen_vocabulary_total", field="model_family") == WINDOW

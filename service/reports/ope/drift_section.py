@@ -37,6 +37,8 @@ from service.checks.drift import (
 )
 from service.policies.batching import make_batch
 from service.policies.errors import PolicyLoadError
+from service.policies.manifest import MANIFEST_FILE, load_manifest
+from service.policies.registry import with_manifest_families
 from service.policies.training_summary import SUMMARY_FILE, TrainingReference, load_summary
 from service.reports.canvas import figure, file_name, png
 from service.reports.ope.decoded import read_requests
@@ -113,6 +115,9 @@ def training_summaries(
             continue
         try:
             summary = load_summary(path.parent)
+            manifest = path.parent / MANIFEST_FILE
+            if summary is not None and manifest.is_file():
+                summary = with_manifest_families(summary, load_manifest(manifest))
         except PolicyLoadError as exc:
             refused.append(f"{topic} of `{name}` is not reported: {exc.problem}.")
             continue
@@ -273,6 +278,7 @@ def build_drift_section(
                 "unseen_hardware": list(period.unseen_hardware),
                 "unseen_kinds": list(period.unseen_kinds),
                 "unseen_qos": list(period.unseen_qos),
+                "unseen_families": list(period.unseen_families),
                 "out_of_support_decisions": period.out_of_support_decisions,
                 "decisions": period.decisions,
                 "figure": f"figures/{fig}",
@@ -284,8 +290,14 @@ def build_drift_section(
                 f" windows of {p.windows.window_requests} requests; its estimates there"
                 " extrapolate beyond what it was trained on."
             )
-        if period.unseen_hardware or period.unseen_kinds or period.unseen_qos:
-            unseen = ", ".join([*period.unseen_hardware, *period.unseen_kinds, *period.unseen_qos])
+        unseen_all = [
+            *period.unseen_hardware,
+            *period.unseen_kinds,
+            *period.unseen_qos,
+            *(f"model family {f}" for f in period.unseen_families),
+        ]
+        if unseen_all:
+            unseen = ", ".join(unseen_all)
             limitations.append(f"`{name}` scored categories never seen in training: {unseen}.")
     head = [
         "policy",
