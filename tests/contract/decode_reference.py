@@ -223,6 +223,14 @@ def _ref_validate_options(request: MirrorRequest, limits: RequestLimits) -> None
         raise InvalidInput(
             f"options[{bad}]", f"spans more than {limits.max_nodes_per_option} nodes"
         )
+    gang = request.workload.gang_size  # issue 23: the most nodes one option may span (v2)
+    bad = _ref_first_bad(sizes > gang) if request.schema_version != 1 else None
+    if bad is not None:
+        raise InvalidInput(
+            f"options[{bad}]",
+            f"spans {int(sizes[bad])} nodes, more than `workload.gang_size` ({gang}), "
+            "the most nodes one option of the job may span",
+        )
     if len(o.accelerators) != len(o.node_index):
         raise InvalidInput("options.accelerators", "must have one count per node entry")
     bad = _ref_first_bad((o.node_index < 0) | (o.node_index >= request.state.n_nodes))
