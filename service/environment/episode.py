@@ -35,7 +35,7 @@ from service.contract import (
 from service.environment.emulator import emulator_distribution, packing_scores
 from service.environment.policy_kit import Distribution, sample
 from service.environment.samples import host_free
-from service.environment.sim import DONE, UNIFORMS_PER_JOB, Randomness, Simulator
+from service.environment.sim import DONE, UNIFORMS_PER_JOB, Options, Randomness, Simulator
 from service.environment.world import EPOCH_S, World
 from service.policies.base import Policy, ScoringBatch
 
@@ -110,7 +110,7 @@ def contract_request(
         healthy=_column(np.ones(n), np.bool_),
         draining=_column(w.node_draining, np.bool_),
         zone=("zone-a",) * n,
-        locality=w.node_ids,
+        locality=w.node_locality_ids,  # interconnect domains (`world.LOCALITY_SERVERS`)
         labels=tuple(frozenset({f"class={w.classes[c].name}"}) for c in w.node_class),
         device_offsets=_column(w.gpu_start, np.int64),
         device_hardware=_column(w.device_class, np.int32),
@@ -123,12 +123,7 @@ def contract_request(
         node_offsets=opts.offsets.copy(),
         node_index=opts.node.copy(),
         accelerators=opts.take.copy(),
-        option_ids=tuple(
-            f"spread-{w.classes[int(opts.cls[i])].name}"
-            if opts.spread[i]
-            else w.node_ids[int(opts.node[opts.offsets[i]])]
-            for i in range(opts.n)
-        ),
+        option_ids=tuple(_option_id(sim, opts, i) for i in range(opts.n)),
         # a share job's entries name their device (none where the server has none that
         # fits); whole-GPU options name no device (empty columns)
         device_offsets=_column(
@@ -141,10 +136,24 @@ def contract_request(
         request_id=request_id(sim, prefix, j),
         request_time=EPOCH_S + sim.state.time,
         state=state,
-        workload=w.workload(sim.jobs, j, f"{prefix}-j{j}"),
+        workload=w.workload(sim.jobs, j, f"{prefix}-j{j}", gang_size=_gang_size(opts)),
         options=options,
         production=production,
     )
+
+
+def _option_id(sim: Simulator, opts: Options, i: int) -> str:
+    """A server's id, or ``gang-<server>x<GPUs>+...`` for a gang (unique per request)."""
+    w, lo, hi = sim.world, int(opts.offsets[i]), int(opts.offsets[i + 1])
+    if not opts.spread[i]:
+        return w.node_ids[int(opts.node[lo])]
+    parts = (f"{w.node_ids[int(opts.node[e])]}x{int(opts.take[e])}" for e in range(lo, hi))
+    return "gang-" + "+".join(parts)
+
+
+def _gang_size(opts: Options) -> int:
+    """The most servers any option of the request spans (the contract's `gang_size`)."""
+    return int(np.diff(opts.offsets).max()) if opts.n else 1
 
 
 @dataclass(frozen=True, eq=False)

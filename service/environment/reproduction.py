@@ -1,8 +1,10 @@
 """Does the simulator reproduce its data? Small, self-contained runs against the measurements.
 
-- `isolated_run`: one job alone on one server (or spread over two) completes,
-  on average, in ``total_steps / measured throughput``; returns the ratio of
-  simulated to measured run time, with its Monte Carlo error over runs.
+- `isolated_run`: one job alone on one server (or a gang over several)
+  completes, on average, in ``total_steps / expected throughput`` (Gavel's
+  consolidated measurement; for a gang times `gangs.gang_factor` of the
+  placement it took); returns the ratio of simulated to expected run time,
+  with its Monte Carlo error over runs.
 - `pair_run`: two share jobs on one GPU run at the co-located rates (Gavel's
   pair measurements, or the documented model where a pair is missing) while
   together and at their alone rates after; returns the simulated and the
@@ -19,6 +21,7 @@ import numpy as np
 
 from service.environment.data import SCALE_FACTORS
 from service.environment.episode import run_production
+from service.environment.gangs import gang_factor
 from service.environment.reference import LeastLoaded, ThroughputAware
 from service.environment.scenario import NodeGroup, Scenario
 from service.environment.sim import Randomness, Simulator
@@ -81,18 +84,29 @@ class IsolatedRun:
 def isolated_run(world: World, job_type: str, gpus: int, n_runs: int, seed: int) -> IsolatedRun:
     """Run one job of (`job_type`, `gpus`) alone `n_runs` times on `world` (one class).
 
-    It is consolidated when one server holds `gpus`, spread otherwise.
+    It is consolidated when one server holds `gpus` (it may still be placed
+    as a gang: then `consolidated` is False); the expected rate of a gang is
+    recomputed from the GPUs it holds (servers, domains), not read back.
     """
     steps = 1000.0
     c = 0
-    consolidated = bool(world.node_gpus.max() >= gpus)
-    measured = world.table.rate(job_type, gpus, world.classes[c].name, consolidated)
+    measured = world.table.rate(job_type, gpus, world.classes[c].name, True)
+    t = world.table.type_index(job_type)
     ratios = np.empty(n_runs)
+    consolidated = True
     for r in range(n_runs):
         jobs = _jobs(world, [job_type], [gpus], [steps])
         sim = Simulator(world, jobs, Randomness.draw((seed, r), 1, world.noise_sigma))
         run_production(sim)
-        ratios[r] = float(sim.state.finish[0]) / (steps / measured)
+        held = sim.state.gpus_of[0][sim.state.gpus_of[0] >= 0]
+        nodes, per_node = np.unique(world.gpu_node[held], return_counts=True)
+        expected = measured
+        if len(nodes) > 1:
+            consolidated = False
+            span = len(set(world.node_locality[nodes].tolist()))
+            sf = SCALE_FACTORS.index(gpus)
+            expected *= gang_factor(world, t, sf, c, tuple(int(x) for x in per_node), span)
+        ratios[r] = float(sim.state.finish[0]) / (steps / expected)
     return IsolatedRun(
         job_type, gpus, world.classes[c].name, consolidated, measured, Estimate.of(ratios)
     )
@@ -183,7 +197,7 @@ def measured_configs(world: World) -> list[tuple[str, int]]:
     total = int(world.node_gpus.sum())
     for i, name in enumerate(world.table.job_types):
         for s, k in enumerate(SCALE_FACTORS):
-            rate = world.table.isolated[i, s, c, int(k <= biggest)]
+            rate = world.table.isolated[i, s, c, 1]  # a gang scales the consolidated rate
             if (
                 np.isfinite(rate)
                 and rate > 0

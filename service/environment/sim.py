@@ -9,7 +9,12 @@ Rates (steps/s) of a running job ``j`` on class ``c``, times its speed
 multiplier ``s_j`` (drawn when it starts) and the class's degradation:
 
 - alone on one server: Gavel's consolidated measurement for (type, GPUs, c);
-- spread over servers: Gavel's unconsolidated measurement;
+- a gang over servers: the consolidated measurement x the placement's
+  `gangs.gang_factor` (Pollux's measured shape ratios, a documented model
+  where unmeasured, a cross-locality penalty, and Gavel's unconsolidated
+  figure where it shows a larger loss). Gangs of several shapes (packed,
+  spread evenly over 2 / 4 / 8 servers, inside one interconnect domain or
+  across domains) are offered next to the single servers (`gangs`);
 - sharing one GPU with job ``i`` (share jobs only: a share of one GPU, see
   `SharingConfig`): Gavel's pair measurement of ``j`` next to ``i``, or the
   documented model where the pair is missing (`colocation`); when ``i``
@@ -32,7 +37,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.contract import DEFER
-from service.environment import sharing
+from service.environment import gangs, sharing
 from service.environment.data import SCALE_FACTORS
 from service.environment.sim_state import (
     DONE,
@@ -75,6 +80,7 @@ class Simulator:
             finish=np.full(n, np.nan),
             cls_of=np.full(n, -1, dtype=np.int64),
             spread=np.zeros(n, dtype=bool),
+            shape_factor=np.ones(n),
             partner=np.full(n, -1, dtype=np.int64),
             gpus_of=np.full((n, MAX_GPUS_PER_JOB), -1, dtype=np.int64),
             occ=np.full((g, 2), -1, dtype=np.int64),
@@ -107,8 +113,9 @@ class Simulator:
 
     # ---------------------------------------------------------------- rates
     def _alone_rate(self, j: int, c: int, spread: bool) -> float:
-        table = self.world.spread_rate if spread else self.world.cons_rate
-        return float(table[self.jobs.type_idx[j], self._sf[j], c]) * float(self.state.speed[j])
+        """Consolidated rate x the job's placement factor (1 on one server) x its speed."""
+        rate = float(self.world.cons_rate[self.jobs.type_idx[j], self._sf[j], c])
+        return rate * float(self.state.shape_factor[j]) * float(self.state.speed[j])
 
     def _pair_rate(self, j: int, other: int, c: int) -> float:
         t = self.jobs.type_idx
@@ -125,9 +132,10 @@ class Simulator:
                 self._start(j, [g], int(w.node_class[node]), spread=False)
                 j += 1
 
-    def _start(self, j: int, gpus: list[int], c: int, spread: bool) -> None:
+    def _start(self, j: int, gpus: list[int], c: int, spread: bool, factor: float = 1.0) -> None:
         s = self.state
         s.status[j], s.start[j], s.cls_of[j], s.spread[j] = RUNNING, s.time, c, spread
+        s.shape_factor[j] = factor
         s.gpus_of[j, : len(gpus)] = gpus
         s.rate[j] = self._alone_rate(j, c, spread)
         share = float(self._share[j])
@@ -186,7 +194,7 @@ class Simulator:
         return sharing.device_free_memory_gb(self.world, self.state)
 
     def options(self, j: int) -> Options:
-        """Options for job `j` now: one per server big enough, plus a spread gang per class."""
+        """Options for job `j` now: one per server big enough, plus gangs of several shapes."""
         if self._current is not None and self._current[0] == j:
             return self._current[1]
         if self._share[j] > 0:
@@ -198,8 +206,12 @@ class Simulator:
         free = idle.copy()
         nodes = w.nodes_fitting[k]
         allowed = w.allowed[self.jobs.type_idx[j], self._sf[j]]
-        gangs = [g for c in range(w.n_classes) if (g := self._gang(j, c, k))] if k >= 2 else []
-        if not gangs:  # the common case: one entry per option
+        found = (
+            [g for c in range(w.n_classes) for g in self._gang_options(j, c, k)] if k >= 2 else []
+        )
+        factor = np.ones(len(nodes) + len(found))
+        localities = np.ones(len(nodes) + len(found), dtype=np.int64)
+        if not found:  # the common case: one entry per option
             node = nodes.astype(np.int32)
             take = np.full(len(nodes), k, dtype=np.int32)
             cls = w.node_class[nodes]
@@ -207,46 +219,42 @@ class Simulator:
             offsets = np.arange(len(nodes) + 1, dtype=np.int64)
             spread = np.zeros(len(nodes), dtype=bool)
         else:
-            node_l = [int(n) for n in nodes] + [n for _, g in gangs for n, _ in g]
-            take_l = [k] * len(nodes) + [t for _, g in gangs for _, t in g]
-            counts = [1] * len(nodes) + [len(g) for _, g in gangs]
+            node_l = [int(n) for n in nodes] + [n for _, g in found for n, _ in g]
+            take_l = [k] * len(nodes) + [t for _, g in found for _, t in g]
+            counts = [1] * len(nodes) + [len(g) for _, g in found]
+            t_j, sf_j = int(self.jobs.type_idx[j]), int(self._sf[j])
+            for i, (c, g) in enumerate(found):
+                span = len({int(w.node_locality[n]) for n, _ in g})
+                localities[len(nodes) + i] = span
+                per_node = tuple(t for _, t in g)
+                factor[len(nodes) + i] = gangs.gang_factor(w, t_j, sf_j, c, per_node, span)
             offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
             node = np.asarray(node_l, dtype=np.int32)
             take = np.asarray(take_l, dtype=np.int32)
-            cls = np.concatenate([w.node_class[nodes], [c for c, _ in gangs]]).astype(np.int64)
+            cls = np.concatenate([w.node_class[nodes], [c for c, _ in found]]).astype(np.int64)
             entry_bad = (take > free[node]) | w.node_draining[node]
             bad = np.add.reduceat(entry_bad.astype(np.int64), offsets[:-1])
             mask = (bad == 0) & allowed[cls]
-            spread = np.concatenate([np.zeros(len(nodes), bool), np.ones(len(gangs), bool)])
+            spread = np.concatenate([np.zeros(len(nodes), bool), np.ones(len(found), bool)])
         no_device = np.zeros(0, dtype=np.int64)
         opts = Options(
-            offsets, node, take, cls, spread, free, mask, no_device, self.device_free_share(j)
+            offsets,
+            node,
+            take,
+            cls,
+            spread,
+            free,
+            mask,
+            no_device,
+            self.device_free_share(j),
+            factor,
+            localities,
         )
         self._current = (j, opts)
         return opts
 
-    def _gang(self, j: int, c: int, k: int) -> tuple[int, list[tuple[int, int]]] | None:
-        """Greedy spread over class-`c` servers, most idle first; offered only when no
-        single class-`c` server has `k` idle GPUs and the spread rate was measured."""
-        w, idle = self.world, self.state.idle
-        up = w.class_nodes_up[c]
-        if len(up) < 2 or int(w.node_gpus[up].sum()) < k or (idle[up] >= k).any():
-            return None
-        if not w.spread_rate[self.jobs.type_idx[j], self._sf[j], c] > 0:
-            return None
-        order = up[np.lexsort((up, -idle[up]))]
-        take = {int(n): 0 for n in order}
-        left = k
-        for n in order:
-            t = min(int(idle[n]), left)
-            take[int(n)], left = t, left - t
-        for n in order:  # not enough idle GPUs: over-ask (capacity fires), never invent room
-            if left == 0:
-                break
-            t = min(int(w.node_gpus[n]) - take[int(n)], left)
-            take[int(n)], left = take[int(n)] + t, left - t
-        entries = [(n, t) for n, t in take.items() if t > 0]
-        return (c, entries) if len(entries) >= 2 else None
+    def _gang_options(self, j: int, c: int, k: int) -> list[gangs.Gang]:
+        return gangs.gang_options(self.world, self.state, self.jobs, self._sf, j, c, k)
 
     def apply(self, j: int, option: int) -> bool:
         """Place job `j` (the head of the queue) on `option`, or defer it (`DEFER`).
@@ -267,6 +275,7 @@ class Simulator:
         s.speed[j] = self.randomness.speed[j]
         lo, hi = int(opts.offsets[option]), int(opts.offsets[option + 1])
         c, spread = int(opts.cls[option]), bool(opts.spread[option])
+        assert opts.factor is not None
         if self._share[j] > 0:  # the device the option names (the allocator's pick)
             self._start(j, [int(opts.device[lo])], c, spread)
             return True
@@ -276,7 +285,7 @@ class Simulator:
             span = np.arange(int(self.world.gpu_start[n]), int(self.world.gpu_start[n + 1]))
             idle = span[s.occ[span, 0] < 0]
             gpus += [int(g) for g in idle[:t]]
-        self._start(j, gpus, c, spread)
+        self._start(j, gpus, c, spread, float(opts.factor[option]))
         return True
 
     # ---------------------------------------------------------------- events

@@ -59,6 +59,10 @@ class Options:
             empty for whole-GPU jobs (their options name no device).
         device_free_share: float64 ``(n_devices,)``: the share of each device
             this request could take (see `Simulator.device_free_share`).
+        factor: float64 ``(n_options,)``: the option's rate / the consolidated
+            rate (`World.gang_factor`; 1 for one server); default all 1.
+        localities: int64 ``(n_options,)``: interconnect domains the option
+            spans; default all 1.
     """
 
     offsets: NDArray[np.int64]
@@ -70,6 +74,14 @@ class Options:
     mask: NDArray[np.bool_]
     device: NDArray[np.int64]
     device_free_share: NDArray[np.float64]
+    factor: NDArray[np.float64] | None = None
+    localities: NDArray[np.int64] | None = None
+
+    def __post_init__(self) -> None:
+        if self.factor is None:
+            object.__setattr__(self, "factor", np.ones(self.n))
+        if self.localities is None:
+            object.__setattr__(self, "localities", np.ones(self.n, dtype=np.int64))
 
     @property
     def n(self) -> int:
@@ -81,6 +93,8 @@ class Options:
 class SimState:
     """Everything that changes; `copy` is a fork's cost (a dozen small arrays).
 
+    ``shape_factor`` is a running job's rate / its consolidated rate (its
+    placement's `World.gang_factor`; 1 on one server).
     Per device (GPU or partition slice): ``occ`` its (at most two) jobs,
     ``used_share`` the share of its compute they hold (1 for a whole-GPU job)
     and ``used_memory_gb`` the memory share jobs hold (a whole-GPU job holds
@@ -96,6 +110,7 @@ class SimState:
     finish: NDArray[np.float64]
     cls_of: NDArray[np.int64]
     spread: NDArray[np.bool_]
+    shape_factor: NDArray[np.float64]
     partner: NDArray[np.int64]
     gpus_of: NDArray[np.int64]
     occ: NDArray[np.int64]
@@ -121,6 +136,7 @@ class SimState:
             finish=self.finish.copy(),
             cls_of=self.cls_of.copy(),
             spread=self.spread.copy(),
+            shape_factor=self.shape_factor.copy(),
             partner=self.partner.copy(),
             gpus_of=self.gpus_of.copy(),
             occ=self.occ.copy(),

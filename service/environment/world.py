@@ -28,6 +28,13 @@ from service.environment.samples import family_memory_gb, family_model_size_b
 from service.environment.scenario import NodeGroup, Scenario
 
 MAX_GPUS_PER_JOB = max(SCALE_FACTORS)
+LOCALITY_SERVERS = 2
+"""Servers per interconnect domain (the contract's ``locality``): each node group's
+servers are racked in consecutive pairs (an assumption: the data names no racks),
+so a class with more than two servers offers gangs inside one domain and across two."""
+GANGS_PER_CLASS = 1 + 2 * 3
+"""Most gang options per class: the packed gang, plus an even spread over 2, 4 or 8
+servers, each inside one domain and across domains (`service.environment.gangs`)."""
 _Shares = (
     tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.bool_]] | tuple[None, None, None]
 )
@@ -111,6 +118,10 @@ class World:
             with the column type: Gavel's pair where measured, else the documented
             model (`service.environment.colocation`); degradation applied.
         pair_measured: same shape, True where the pair was measured.
+        gavel_spread_ratio: Gavel's unconsolidated / consolidated rate, NaN where
+            not both measured (used by `service.environment.gangs.gang_factor`).
+        node_locality, node_locality_ids: interconnect domain per node (index,
+            contract ``locality`` string; `LOCALITY_SERVERS` servers each).
         device_class, device_memory_gb: per device (GPU or partition slice).
         allowed: ``(n_types, len(SCALE_FACTORS), n_classes)`` bool, consolidated rate > 0.
         time_scale: multiplier on trace inter-arrival gaps (surge applied).
@@ -131,11 +142,12 @@ class World:
         names = tuple(dict.fromkeys(_class_name(g) for g in scenario.nodes))
         by_name = {_class_name(g): _class_of(g) for g in scenario.nodes}
         self.classes: tuple[HardwareClass, ...] = tuple(by_name[n] for n in names)
-        node_class, node_gpus, cpu, mem = [], [], [], []
-        for g in scenario.nodes:
+        node_class, node_gpus, cpu, mem, locality = [], [], [], [], []
+        for gi, g in enumerate(scenario.nodes):
             shape = machine_shape(g.machine, data_root)
             per_gpu = MIG_PROFILES[(g.hardware, g.partition)].per_gpu if g.partition else 1
-            for _ in range(g.count):
+            for i in range(g.count):
+                locality.append(f"{_class_name(g).lower()}-g{gi}-rack{i // LOCALITY_SERVERS}")
                 node_class.append(names.index(_class_name(g)))
                 node_gpus.append(shape.gpus * per_gpu)
                 cpu.append(shape.cpu_cores)
@@ -144,6 +156,10 @@ class World:
         self.node_gpus = np.asarray(node_gpus, dtype=np.int64)
         self.node_cpu = np.asarray(cpu, dtype=np.float64)
         self.node_memory_gb = np.asarray(mem, dtype=np.float64)
+        self.node_locality_ids: tuple[str, ...] = tuple(locality)
+        self.node_locality = np.unique(np.asarray(locality), return_inverse=True)[1].astype(
+            np.int64
+        )  # interconnect domain per node (`LOCALITY_SERVERS`)
         self.node_draining = np.zeros(len(node_class), dtype=bool)
         self.node_draining[list(scenario.draining)] = True
         self.gpu_start = np.concatenate([[0], np.cumsum(self.node_gpus)]).astype(np.int64)
@@ -170,6 +186,9 @@ class World:
         self.measured_cons = _nan_where(self.table.isolated[:, :, cols, 1], unmeasured)
         self.cons_rate = self.measured_cons * degrade
         self.spread_rate = _nan_where(self.table.isolated[:, :, cols, 0], unmeasured) * degrade
+        with np.errstate(invalid="ignore", divide="ignore"):
+            self.gavel_spread_ratio = self.spread_rate / self.cons_rate  # NaN: not both measured
+        self._gang_factors: dict[tuple[int, int, int, tuple[int, ...], int], float] = {}
         self.colocation_ratio = median_colocation_ratio(
             self.table.pair, self.table.isolated[:, 0, :, 1]
         )
@@ -212,8 +231,8 @@ class World:
 
     @property
     def max_options(self) -> int:
-        """Most options a request can have: one per node plus one spread gang per class."""
-        return self.n_nodes + self.n_classes
+        """Most options a request can have: one per node plus `GANGS_PER_CLASS` per class."""
+        return self.n_nodes + GANGS_PER_CLASS * self.n_classes
 
     def _placeable_rows(self) -> NDArray[np.bool_]:
         """Trace rows some option of this cluster could ever run (empty cluster, no drain)."""
@@ -226,8 +245,8 @@ class World:
             on_c = up & (self.node_class == c)
             biggest = int(self.node_gpus[on_c].max()) if on_c.any() else 0
             cons_ok = (np.nan_to_num(self.cons_rate[types, sf, c]) > 0) & (t.gpus <= biggest)
-            spread_ok = (
-                (np.nan_to_num(self.spread_rate[types, sf, c]) > 0)
+            spread_ok = (  # a gang runs at the consolidated rate x its shape factor
+                (np.nan_to_num(self.cons_rate[types, sf, c]) > 0)
                 & (t.gpus <= int(self.node_gpus[on_c].sum()))
                 & (on_c.sum() >= 2)
                 & (t.gpus >= 2)
@@ -322,14 +341,17 @@ class World:
             out: NDArray[np.float64] = self.scenario.slo_factor * steps / best
         return out
 
-    def workload(self, jobs: EpisodeJobs, j: int, workload_id: str) -> Workload:
+    def workload(
+        self, jobs: EpisodeJobs, j: int, workload_id: str, gang_size: int = 1
+    ) -> Workload:
         """The contract `Workload` of job `j`.
 
         ``model_family`` is the Gavel job type (model and batch size);
         ``model_size_b`` is the family's documented size
         (`service.environment.samples.family_model_size_b`). The trace has no
         host CPU, host memory, priority or tenant beyond the VC, so those are
-        0 / the VC rather than made up.
+        0 / the VC rather than made up. `gang_size` is the caller's: the most
+        servers any option of the request spans (the contract's rule).
         """
         k = int(jobs.gpus[j])
         sf = SCALE_FACTORS.index(k)
@@ -355,7 +377,7 @@ class World:
             accelerator_share=share if share > 0 else None,
             cpu_per_node=0.0,
             memory_per_node_gb=0.0,
-            gang_size=1,
+            gang_size=gang_size,
             priority=0,
             tenant=self.scenario.trace_vc,
             slo_seconds=float(jobs.slo_s[j]) if np.isfinite(jobs.slo_s[j]) else None,

@@ -66,7 +66,7 @@ def test_alone_with_noise_the_mean_run_time_matches_within_monte_carlo_error(
         assert run.ratio.se < 0.01
 
 
-def test_spread_jobs_run_at_the_unconsolidated_measurement(
+def test_gang_jobs_run_at_the_consolidated_measurement_times_their_gang_factor(
     scenarios: dict[str, Scenario], table: ThroughputTable
 ) -> None:
     world = bench_world(scenarios["train"], "P100", "P100", 3, sigma=0.0)  # 2-GPU servers
@@ -75,7 +75,7 @@ def test_spread_jobs_run_at_the_unconsolidated_measurement(
     for job_type, gpus in spread:
         run = isolated_run(world, job_type, gpus, n_runs=1, seed=0)
         assert not run.consolidated
-        assert run.measured_steps_per_s == table.rate(job_type, gpus, "P100", consolidated=False)
+        assert run.measured_steps_per_s == table.rate(job_type, gpus, "P100", consolidated=True)
         assert run.ratio.value == pytest.approx(1.0, rel=1e-12)
 
 
@@ -194,8 +194,13 @@ def test_a_gang_spreads_over_servers_when_no_server_holds_it(
     j = sim.next_decision()
     assert j == 0
     opts = sim.options(j)
-    assert opts.n == 1 and opts.spread[0] and np.diff(opts.offsets)[0] == 2
-    assert int(opts.take.sum()) == 4
+    # two gangs of 2+2: inside one interconnect domain (servers 0, 1) and across two
+    assert opts.n == 2 and opts.spread.all() and (np.diff(opts.offsets) == 2).all()
+    assert int(opts.take.sum()) == 8
+    assert opts.localities is not None and opts.factor is not None
+    assert sorted(opts.localities.tolist()) == [1, 2]
+    inside, across = np.argsort(opts.localities)
+    assert 0 < opts.factor[across] < opts.factor[inside] < 1  # crossing a domain costs more
     sim.apply(j, 0)
     assert sim.state.status[j] == RUNNING and sim.state.spread[j]
     run_production(sim)
