@@ -10,7 +10,11 @@ out-of-fold scores where the folds are whole *episodes* (rows of one episode sha
 history, so a row-wise split would calibrate on near-copies). The shipped
 model is refitted on every row with that offset (the CV+ idea, Barber et al.
 2021). An offset below zero is clipped to zero (the interval is never
-narrowed below the raw quantiles, which keeps q10 <= q50 <= q90).
+narrowed below the raw quantiles, which keeps q10 <= q50 <= q90). Rows outside
+the training support (a configuration the logs never held) get the widest
+interval the model gives any training row, and are flagged
+(`service.learning.build_models.support`): clipped to zero, the offset alone
+left a zero-width interval there.
 
 **Importance-weighted scorer (IWR).** A contextual-bandit policy learned
 directly from logged feedback: regress the logged reward on the chosen
@@ -41,6 +45,7 @@ from service.learning.build_models.predictor_fit import (
     conformal_offset,
     fit_models,
     out_of_fold,
+    support_figures,
     tree_params,
 )
 from service.learning.logs import LoggedRows
@@ -89,6 +94,7 @@ def fit_outcome_predictor(
     # exported graph orders the raw quantiles before the offset): keep it >= 0.
     raw_offset = conformal_offset(scores, config.coverage)
     models.offset = max(raw_offset, 0.0)
+    models.with_support(x)
     figures = {
         "conformal_offset_log_unclipped": round(raw_offset, 6),
         "out_of_fold_coverage_before_conformal": round(
@@ -96,6 +102,7 @@ def fit_outcome_predictor(
         ),
         "conformal_offset_log": round(models.offset, 6),
         "folds": f"{config.n_folds} folds of whole episodes",
+        "support": support_figures(models),
     }
     return models, figures
 

@@ -155,7 +155,10 @@ def _manifests(
         "feature_version": OUTCOME_FEATURES.version,
         "feature_hash": OUTCOME_FEATURES.definition_hash,
         "inputs": (TensorSpec(export.INPUT, "float32", ("N", N_OUTCOME_FEATURES)),),
-        "outputs": (TensorSpec(export.PREDICTOR_OUTPUT, "float32", ("N", 3)),),
+        "outputs": (
+            TensorSpec(export.PREDICTOR_OUTPUT, "float32", ("N", 3)),
+            TensorSpec(export.SUPPORT_OUTPUT, "float32", ("N", 1)),
+        ),
         "training_data": outcome_summary,
         "predictor": None,
     }

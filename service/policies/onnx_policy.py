@@ -59,6 +59,8 @@ _ORT_ERRORS: tuple[type[BaseException], ...] = (
 )
 _ROW_KEY = np.random.default_rng(0).uniform(1.0, 2.0, 256)
 """Projection for `distinct_rows`: full-mantissa weights, so distinct rows rarely collide."""
+SUPPORT_OUTPUT = "out_of_support"
+"""A predictor's optional second output, and its prediction name: 1.0 outside training support."""
 _ORT_DTYPES = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor(int64)": "int64"}
 
 
@@ -227,18 +229,38 @@ class OnnxPredictor:
         p = self.predict(batch)
         return np.stack([p[name] for name in THROUGHPUT_NAMES], axis=1)
 
+    @property
+    def flags_support(self) -> bool:
+        """Whether the model has the ``out_of_support`` output (built with a training support)."""
+        return [t.name for t in self._model.manifest.outputs[1:2]] == [SUPPORT_OUTPUT]
+
     def predict_rows(self, x: NDArray[np.float32]) -> NDArray[np.float32]:
         """Throughput quantiles ``(n, 3)`` for predictor rows `x`; checked finite, > 0, ordered."""
+        return self.predict_rows_flagged(x)[0]
+
+    def predict_rows_flagged(
+        self, x: NDArray[np.float32]
+    ) -> tuple[NDArray[np.float32], NDArray[np.float32] | None]:
+        """`predict_rows` and the ``out_of_support`` flag per row (None if the model has none).
+
+        Outside its training support a model built with one answers the widest
+        interval it gave in training and says so (1.0):
+        `service.learning.build_models.support`.
+        """
         if len(x) == 0:
-            return np.zeros((0, 3), dtype=np.float32)
+            return np.zeros((0, 3), dtype=np.float32), (
+                np.zeros(0, dtype=np.float32) if self.flags_support else None
+            )
         unique, inverse = distinct_rows(x.astype(np.float32, copy=False))
-        q = self._model.run(unique)[0].reshape(len(unique), 3)[inverse]
+        outs = self._model.run(unique)
+        q = outs[0].reshape(len(unique), 3)[inverse]
+        flag = outs[1].reshape(len(unique))[inverse] if self.flags_support else None
         if not np.isfinite(q).all() or (q <= 0).any():
             row = int(np.flatnonzero(~(np.isfinite(q) & (q > 0)).all(axis=1))[0])
             raise PolicyScoringError(self.name, f"prediction for row {row} is {q[row].tolist()}")
         if (np.diff(q, axis=1) < 0).any():
             raise PolicyScoringError(self.name, "quantiles are not ordered q10 <= q50 <= q90")
-        return q
+        return q, flag
 
     def predict(self, batch: ScoringBatch) -> dict[str, NDArray[np.float32]]:
         """Throughput and completion-time quantiles per option row.
@@ -258,7 +280,10 @@ class OnnxPredictor:
                 self.name,
                 f"`batch.requests` describe {len(x)} options, the batch has {len(batch.mask)} rows",
             )
-        predictions = with_completion_time(batch, self.predict_rows(x))
+        q, flag = self.predict_rows_flagged(x)
+        predictions = with_completion_time(batch, q)
+        if flag is not None:
+            predictions[SUPPORT_OUTPUT] = flag.astype(np.float32)
         for values in predictions.values():
             values.flags.writeable = False
         self._last = (weakref.ref(batch), predictions)

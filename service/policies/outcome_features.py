@@ -15,7 +15,7 @@ col   name                   definition
 ====  =====================  ==================================================
 0-17  (predictor features)   `PREDICTOR_FEATURES`, unchanged; 14-17 are the
                              gang's shape (log2 nodes, log2 fewest / most
-                             accelerators on one node, localities spanned)
+                             accelerators on one node, crosses a locality)
 18    share_fraction         GPUs the option takes beyond the idle ones on its
                              nodes / GPUs taken (0 = no sharing, 1 = all shared)
 19    option_utilisation     mean utilisation of the option's nodes

@@ -67,6 +67,15 @@ class BatchThroughput(Protocol):
         ...
 
 
+@runtime_checkable
+class SharedPredictions(BatchThroughput, Protocol):
+    """A `BatchThroughput` whose per-batch predictions may carry more (``out_of_support``)."""
+
+    def predict(self, batch: ScoringBatch) -> dict[str, NDArray[np.float32]]:
+        """Predictions per option row, named."""
+        ...
+
+
 class LcbPlanner:
     """Argmax (or any rule) over lower-confidence-bound scores of predicted throughput."""
 
@@ -145,6 +154,9 @@ class LcbPlanner:
         """Predict, score by the lower bound, apply the rule, attach the predictions."""
         q = self.quantiles(batch)
         scores = self.lcb_scores(batch, q)
-        return decide_from_scores(
-            self._name, scores, batch, self._rule, rng, with_completion_time(batch, q)
-        )
+        predictions = with_completion_time(batch, q)
+        shared = self._predictor
+        if isinstance(shared, SharedPredictions) and shared.features is self._features:
+            # The shared predictor's own result also says which rows were out of support.
+            predictions = {**predictions, **shared.predict(batch)}
+        return decide_from_scores(self._name, scores, batch, self._rule, rng, predictions)

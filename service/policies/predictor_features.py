@@ -31,16 +31,18 @@ col   name                   definition
 14    log2_nodes             log2(nodes the option spans)
 15    log2_per_node_min      log2(fewest accelerators the option takes on one node)
 16    log2_per_node_max      log2(most accelerators the option takes on one node)
-17    localities_spanned     distinct ``state.locality`` values of its nodes - 1
+17    cross_locality         1 if its nodes span more than one ``state.locality``
 ====  =====================  ==============================================
 
 Gang shape (issue 23), columns 14-17: a 4-GPU option placed ``4`` (one node),
 ``22`` (two nodes of two) or ``1111`` (four nodes of one) has log2_nodes 0 / 1 / 2
 and per-node min = max = 2 / 1 / 0, so the three rows differ, and measured
 throughput does differ between them (`service.environment.shapes`); an uneven
-gang (``31``) has min != max. ``localities_spanned`` counts interconnect
-domains beyond the first (the contract's `locality`), so the same shape
-across two racks is a different row from the same shape inside one.
+gang (``31``) has min != max. ``cross_locality`` says whether the gang
+crosses an interconnect domain (the contract's `locality`), so the same shape
+across two racks is a different row from the same shape inside one; a bit,
+not a count, because the measured-data model charges a domain crossing once
+(a ring all-reduce runs at its slowest link: `service.environment.shapes`).
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ PREDICTOR_FEATURE_NAMES: tuple[str, ...] = (
     "log2_nodes",
     "log2_per_node_min",
     "log2_per_node_max",
-    "localities_spanned",
+    "cross_locality",
 )
 N_PREDICTOR_FEATURES = len(PREDICTOR_FEATURE_NAMES)
 
@@ -180,7 +182,7 @@ def compute_predictor_features(
     out[:, 14] = np.log2(np.maximum(nodes, 1.0))
     out[:, 15] = np.log2(np.maximum(per_node_min, 1.0))
     out[:, 16] = np.log2(np.maximum(per_node_max, 1.0))
-    out[:, 17] = np.maximum(localities, 1.0) - 1.0
+    out[:, 17] = localities > 1.0
     return out.astype(np.float32)
 
 

@@ -1,7 +1,9 @@
 """``python -m service.learning.build_models``: fit, evaluate, export, verify.
 
-Steps: read the Gavel table; evaluate the predictor on held-out scales and
-leave-one-family-out; fit it on all rows with its conformal offset; export it;
+Steps: read the Gavel table and add its gang-shape rows (`shape_rows`: the
+measured placement table's ratios on Gavel's consolidated rates); evaluate
+the predictor on held-out scales and leave-one-family-out; fit it on all rows
+with its conformal offset and training support; export it;
 make synthetic requests and fit the scoring MLP on a target derived from the
 predictor; export it; write both manifests (sha256, feature hashes, training
 summary, figures); then load the output folder through the service's own
@@ -29,7 +31,7 @@ from rich.table import Table
 from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 
 from service.contract import DEFAULT_FEATURES, FEATURE_NAMES, N_FEATURES
-from service.learning.build_models import export, predictor_fit, scorer_fit
+from service.learning.build_models import export, predictor_fit, scorer_fit, shape_rows
 from service.learning.build_models.gavel import (
     REPO_ROOT,
     GavelTable,
@@ -108,7 +110,7 @@ def _predictor_manifest(
     summary = summarise(
         table.features,
         PREDICTOR_FEATURE_NAMES,
-        GAVEL_SOURCE,
+        f"{GAVEL_SOURCE}; {shape_rows.SHAPE_SOURCE}",
         hardware=tuple(sorted(set(table.hardware.tolist()))),
         kinds=("train",),
         families=tuple(sorted(set(table.family.tolist()))),
@@ -123,7 +125,10 @@ def _predictor_manifest(
         feature_version=PREDICTOR_FEATURES.version,
         feature_hash=PREDICTOR_FEATURES.definition_hash,
         inputs=(TensorSpec(export.INPUT, "float32", ("N", N_PREDICTOR_FEATURES)),),
-        outputs=(TensorSpec(export.PREDICTOR_OUTPUT, "float32", ("N", 3)),),
+        outputs=(
+            TensorSpec(export.PREDICTOR_OUTPUT, "float32", ("N", 3)),
+            TensorSpec(export.SUPPORT_OUTPUT, "float32", ("N", 1)),
+        ),
         probabilities=None,
         predictor=None,
         training_data=summary,
@@ -187,8 +192,13 @@ def build(out: Path, seed: int, console: Console) -> dict[str, Any]:
             return progress.add_task(text, total=1)
 
         t = step(f"read Gavel table {isolated_csv_path()}")
-        table = load_gavel()
-        progress.update(t, completed=1, description=f"read Gavel table: {len(table)} rows")
+        gavel = load_gavel()
+        table = shape_rows.with_shape_rows(gavel)
+        progress.update(
+            t,
+            completed=1,
+            description=f"read Gavel table: {len(gavel)} rows; {len(table)} with gang shapes",
+        )
         t = step("evaluate predictor on held-out scales, fit on all rows")
         models, figures = predictor_fit.fit_predictor(table, config)
         progress.update(t, completed=1)

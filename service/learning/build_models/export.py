@@ -12,6 +12,13 @@ the service needs nothing but ``session.run``::
     features ─┬─ q10 ─┐
               ├─ q50 ─┼─ Min(q10, q50) - c ┐
               └─ q90 ─┘  Max(q90, q50) + c ┴─ Concat(lo, q50, hi) ─ Exp ─ throughput_quantiles
+
+With a training support (`support.TrainingSupport`), the graph also tests
+every row against it — nearest training configuration by max-abs difference
+over the cell columns, and every column against its training range — and
+outside it widens ``lo`` / ``hi`` to at least ``q50 -/+`` the widest
+half-widths seen in training; the flag is the second output,
+``out_of_support`` (``[N, 1]``, 1.0 outside).
 """
 
 from __future__ import annotations
@@ -22,15 +29,18 @@ from typing import Any
 
 import numpy as np
 import onnx
+from numpy.typing import NDArray
 from onnx import TensorProto, helper, numpy_helper
 from skl2onnx import convert_sklearn
 from skl2onnx.common.data_types import FloatTensorType
 
 from service.learning.build_models.predictor_fit import QuantileModels
+from service.learning.build_models.support import TOLERANCE, TrainingSupport
 
 OPSET = {"": 17, "ai.onnx.ml": 3}
 INPUT = "features"
 PREDICTOR_OUTPUT = "throughput_quantiles"
+SUPPORT_OUTPUT = "out_of_support"
 SCORER_OUTPUT = "scores"
 
 
@@ -93,21 +103,28 @@ def predictor_onnx(
         inits += i
         outs.append(out)
     inits.append(numpy_helper.from_array(np.array([models.offset], dtype=np.float32), "offset"))
+    lo, hi = ("lo_wide", "hi_wide") if models.support is None else ("lo_final", "hi_final")
     nodes += [
         helper.make_node("Min", [outs[0], outs[1]], ["lo_ordered"], name="order_lo"),
         helper.make_node("Max", [outs[2], outs[1]], ["hi_ordered"], name="order_hi"),
         helper.make_node("Sub", ["lo_ordered", "offset"], ["lo_wide"], name="conformal_lo"),
         helper.make_node("Add", ["hi_ordered", "offset"], ["hi_wide"], name="conformal_hi"),
-        helper.make_node(
-            "Concat", ["lo_wide", outs[1], "hi_wide"], ["log_q"], axis=1, name="stack"
-        ),
+    ]
+    outputs = [helper.make_tensor_value_info(PREDICTOR_OUTPUT, TensorProto.FLOAT, [None, 3])]
+    if models.support is not None:
+        n, i = _support_nodes(models.support, outs[1])
+        nodes += n
+        inits += i
+        outputs.append(helper.make_tensor_value_info(SUPPORT_OUTPUT, TensorProto.FLOAT, [None, 1]))
+    nodes += [
+        helper.make_node("Concat", [lo, outs[1], hi], ["log_q"], axis=1, name="stack"),
         helper.make_node("Exp", ["log_q"], [PREDICTOR_OUTPUT], name="to_steps_per_s"),
     ]
     graph = helper.make_graph(
         nodes,
         name,
         [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT, [None, n_features])],
-        [helper.make_tensor_value_info(PREDICTOR_OUTPUT, TensorProto.FLOAT, [None, 3])],
+        outputs,
         initializer=inits,
     )
     model = helper.make_model(
@@ -118,6 +135,58 @@ def predictor_onnx(
     model.ir_version = 8
     onnx.checker.check_model(model, full_check=True)
     return model
+
+
+def _support_nodes(
+    support: TrainingSupport, mid: str
+) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    """Nodes computing ``out_of_support`` and ``lo_final`` / ``hi_final`` (see the docstring).
+
+    Mirrors `TrainingSupport.outside` and `TrainingSupport.widen` op for op.
+    """
+
+    def const(value: NDArray[Any], name: str) -> onnx.TensorProto:
+        return numpy_helper.from_array(value, name)
+
+    k = support.n_cell_columns
+    inits = [
+        const(support.cells[None, :, :].astype(np.float32), "support_cells"),
+        const(np.array([0], dtype=np.int64), "support_start"),
+        const(np.array([k], dtype=np.int64), "support_end"),
+        const(np.array([1], dtype=np.int64), "support_axis"),
+        const((support.low - TOLERANCE).astype(np.float32), "support_low"),
+        const((support.high + TOLERANCE).astype(np.float32), "support_high"),
+        const(np.array([TOLERANCE], dtype=np.float32), "support_tol"),
+        const(np.array([support.half_width_lo], dtype=np.float32), "support_half_lo"),
+        const(np.array([support.half_width_hi], dtype=np.float32), "support_half_hi"),
+    ]
+    make = helper.make_node
+    nodes = [
+        make("Slice", [INPUT, "support_start", "support_end", "support_axis"], ["s_cells_x"]),
+        make("Unsqueeze", ["s_cells_x", "support_axis"], ["s_x3"]),
+        make("Sub", ["s_x3", "support_cells"], ["s_diff"]),
+        make("Abs", ["s_diff"], ["s_absdiff"]),
+        make("ReduceMax", ["s_absdiff"], ["s_rowdist"], axes=[2], keepdims=0),
+        make("ReduceMin", ["s_rowdist"], ["s_nearest"], axes=[1], keepdims=1),
+        make("Greater", ["s_nearest", "support_tol"], ["s_unseen"]),
+        make("Less", [INPUT, "support_low"], ["s_below"]),
+        make("Greater", [INPUT, "support_high"], ["s_above"]),
+        make("Or", ["s_below", "s_above"], ["s_outside_col"]),
+        make("Cast", ["s_outside_col"], ["s_outside_colf"], to=TensorProto.FLOAT),
+        make("ReduceMax", ["s_outside_colf"], ["s_out_rangef"], axes=[1], keepdims=1),
+        make("Cast", ["s_unseen"], ["s_unseenf"], to=TensorProto.FLOAT),
+        make("Max", ["s_unseenf", "s_out_rangef"], [SUPPORT_OUTPUT]),
+        make("Cast", [SUPPORT_OUTPUT], ["s_outside"], to=TensorProto.BOOL),
+        make("Sub", [mid, "support_half_lo"], ["s_lo_floor"]),
+        make("Add", [mid, "support_half_hi"], ["s_hi_floor"]),
+        make("Min", ["lo_wide", "s_lo_floor"], ["s_lo_widest"]),
+        make("Max", ["hi_wide", "s_hi_floor"], ["s_hi_widest"]),
+        make("Where", ["s_outside", "s_lo_widest", "lo_wide"], ["lo_final"]),
+        make("Where", ["s_outside", "s_hi_widest", "hi_wide"], ["hi_final"]),
+    ]
+    for n, node in enumerate(nodes):
+        node.name = f"support_{n}_{node.op_type.lower()}"
+    return nodes, inits
 
 
 def scorer_onnx(pipeline: Any, n_features: int, name: str = "gavel_scorer") -> onnx.ModelProto:

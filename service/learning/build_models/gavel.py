@@ -88,9 +88,27 @@ class GavelTable:
 
 
 def gavel_features(
-    jobs: list[JobType], hardware: list[HardwareClass], scale: list[int], consolidated: list[bool]
+    jobs: list[JobType],
+    hardware: list[HardwareClass],
+    scale: list[int],
+    consolidated: list[bool],
+    per_node: list[tuple[int, ...]] | None = None,
+    localities: list[int] | None = None,
 ) -> NDArray[np.float32]:
-    """Predictor rows for Gavel configurations, via the serving-time function."""
+    """Predictor rows for Gavel configurations, via the serving-time function.
+
+    `per_node` (GPUs on each server) and `localities` give a row its gang
+    shape (`shape_rows`); without them a row has the shape the serving
+    function assumes for a Gavel row (one server, or one GPU per server).
+    """
+    shape: tuple[NDArray[np.float64] | None, ...] = (None, None, None, None)
+    if per_node is not None:
+        shape = (
+            np.array([len(p) for p in per_node], dtype=np.float64),
+            np.array([min(p) for p in per_node], dtype=np.float64),
+            np.array([max(p) for p in per_node], dtype=np.float64),
+            np.array(localities or [1] * len(per_node), dtype=np.float64),
+        )
     return compute_predictor_features(
         np.stack([job_columns(j) for j in jobs]) if jobs else np.zeros((0, 8)),
         np.array([h.peak_dense_tflops for h in hardware], dtype=np.float64),
@@ -99,6 +117,7 @@ def gavel_features(
         np.array([h.interconnect_gbps for h in hardware], dtype=np.float64),
         np.array(scale, dtype=np.float64),
         np.array(consolidated, dtype=np.float64),
+        *shape,
     )
 
 

@@ -40,6 +40,7 @@ from numpy.typing import NDArray
 from sklearn.ensemble import GradientBoostingRegressor
 
 from service.learning.build_models.gavel import GavelTable, fastest_single_gpu_class
+from service.learning.build_models.support import TrainingSupport, fit_support
 
 
 def tree_params(
@@ -71,12 +72,17 @@ class PredictorConfig:
 
 @dataclass
 class QuantileModels:
-    """The three fitted regressors and the conformal offset (log space)."""
+    """The three fitted regressors, the conformal offset (log space) and the training support.
+
+    `support` (None until `with_support`) widens and flags rows outside the
+    training support (`service.learning.build_models.support`).
+    """
 
     lo: GradientBoostingRegressor
     mid: GradientBoostingRegressor
     hi: GradientBoostingRegressor
     offset: float = 0.0
+    support: TrainingSupport | None = None
 
     def raw_log(self, x: NDArray[np.float32]) -> NDArray[np.float64]:
         """Ordered log quantiles ``(n, 3)`` before the conformal offset."""
@@ -85,12 +91,31 @@ class QuantileModels:
         )
         return np.stack([np.minimum(lo, mid), mid, np.maximum(hi, mid)], axis=1)
 
-    def predict(self, x: NDArray[np.float32]) -> NDArray[np.float64]:
-        """Quantiles ``(n, 3)`` in steps/s, offset applied: what the ONNX graph computes."""
+    def offset_log(self, x: NDArray[np.float32]) -> NDArray[np.float64]:
+        """Log quantiles ``(n, 3)`` with the conformal offset, before any support widening."""
         q = self.raw_log(x)
         q[:, 0] -= self.offset
         q[:, 2] += self.offset
+        return q
+
+    def out_of_support(self, x: NDArray[np.float32]) -> NDArray[np.bool_]:
+        """Rows outside the training support (none when no support is set)."""
+        if self.support is None:
+            return np.zeros(len(x), dtype=bool)
+        return self.support.outside(x)
+
+    def predict(self, x: NDArray[np.float32]) -> NDArray[np.float64]:
+        """Quantiles ``(n, 3)`` in steps/s, offset and support applied: what the ONNX graph
+        computes."""
+        q = self.offset_log(x)
+        if self.support is not None:
+            q = self.support.widen(q, self.support.outside(x))
         return np.exp(q)
+
+    def with_support(self, x: NDArray[np.float32]) -> QuantileModels:
+        """Set `support` from training rows `x` (call after the offset is final)."""
+        self.support = fit_support(x, self.offset_log(x))
+        return self
 
 
 def fit_models(
@@ -242,6 +267,20 @@ def greedy_agreement(table: GavelTable, models: QuantileModels) -> dict[str, Any
     return {"job_types": len(fastest), "misses": misses}
 
 
+def support_figures(models: QuantileModels) -> dict[str, Any]:
+    """The support rule's numbers, for the manifest's evaluation block."""
+    support = models.support
+    if support is None:
+        return {}
+    return {
+        "rule": "outside = configuration (cols 0-12) unseen in training or any column outside"
+        " its training range; then each half-width >= the widest on any training row",
+        "cells": len(support.cells),
+        "half_width_lo_log": round(support.half_width_lo, 6),
+        "half_width_hi_log": round(support.half_width_hi, 6),
+    }
+
+
 def fit_predictor(
     table: GavelTable, config: PredictorConfig
 ) -> tuple[QuantileModels, dict[str, Any]]:
@@ -249,6 +288,8 @@ def fit_predictor(
     figures, scores = evaluate(table, config)
     models = fit_models(table.features, np.log(table.throughput), config)
     models.offset = conformal_offset(scores, config.coverage)
+    models.with_support(table.features)
     figures["conformal_offset_log"] = round(models.offset, 6)
+    figures["support"] = support_figures(models)
     figures["in_sample_fastest_class"] = greedy_agreement(table, models)
     return models, figures

@@ -1,0 +1,97 @@
+"""Gang-shape training rows for the Gavel predictor, from the measured placement table.
+
+Why: Gavel measured one consolidated and one spread rate per (job type, GPU
+count, class), so a predictor fitted on it alone cannot tell ``4`` from ``22``
+from ``1111`` (measured on Pollux's testbed: spread is slower for all six
+models, ``22`` slower than ``1111``, and at 8 GPUs ``44`` slower than
+``2222``). The simulator's truth is Gavel's consolidated rate times
+`service.environment.shapes.shape_factor`; these rows are the same product,
+so the predictor learns the shapes the simulator offers.
+
+Rows added, per Gavel *consolidated* row of 2 or more GPUs (job type, class,
+GPUs ``g``): one per multi-server shape of ``g`` GPUs (every partition of
+``g`` into 2 .. g servers, at most `MAX_SERVERS`), in one locality and across
+two, with throughput ``consolidated x shape_factor(job type, shape, L)``. The
+factor charges a locality crossing once, so ``L = 2`` stands for any
+``L >= 2`` (the feature is a bit, `predictor_features.cross_locality`).
+
+Gavel's own *unconsolidated* rows are kept out of the fit (still read and
+reported): their shape is not recorded, and on the one shape the serving
+function would give them (one GPU per server) they would contradict the
+measured ratio the simulator uses there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import combinations_with_replacement
+
+import numpy as np
+
+from service.contract import KNOWN_HARDWARE
+from service.learning.build_models.gavel import GavelTable, gavel_features
+from service.policies.predictor_features import parse_job_type
+
+MAX_SERVERS = 8
+"""Most servers a derived shape spans (a Gavel job has at most 8 GPUs)."""
+SHAPE_SOURCE = (
+    "plus gang-shape rows: Gavel consolidated rate x environment.shapes.shape_factor (Pollux"
+    " placements, petuum/adaptdl c793c70, Apache-2.0) for every multi-server shape, one and two"
+    " localities; Gavel unconsolidated rows (shape unrecorded) not fitted"
+)
+
+ShapeFactor = Callable[[str, tuple[int, ...], int], float]
+
+
+def shapes_of(gpus: int, max_servers: int = MAX_SERVERS) -> list[tuple[int, ...]]:
+    """Every partition of `gpus` over 2 .. `max_servers` servers, descending per server."""
+    out: list[tuple[int, ...]] = []
+    for parts in range(2, min(gpus, max_servers) + 1):
+        for combo in combinations_with_replacement(range(1, gpus + 1), parts):
+            if sum(combo) == gpus:
+                out.append(tuple(sorted(combo, reverse=True)))
+    return sorted(set(out), key=lambda s: (len(s), [-x for x in s]))
+
+
+def default_shape_factor() -> ShapeFactor:
+    """`service.environment.shapes.shape_factor` (imported late: the build needs it, tests pass
+    their own)."""
+    from service.environment.shapes import shape_factor
+
+    return shape_factor
+
+
+def with_shape_rows(table: GavelTable, factor: ShapeFactor | None = None) -> GavelTable:
+    """`table`'s consolidated rows plus the derived shape rows (module docstring)."""
+    factor = factor or default_shape_factor()
+    keep = table.consolidated | (table.scale == 1)
+    jobs, hw, scale, cons, thr, phys = [], [], [], [], [], []
+    per_node: list[tuple[int, ...]] = []
+    localities: list[int] = []
+    for i in np.flatnonzero(keep):
+        g = int(table.scale[i])
+        rows = [((g,), 1, 1.0)]
+        for shape in shapes_of(g) if g > 1 else []:
+            rows += [(shape, loc, factor(str(table.job_type[i]), shape, loc)) for loc in (1, 2)]
+        for shape, loc, f in rows:
+            jobs.append(str(table.job_type[i]))
+            hw.append(str(table.hardware[i]))
+            scale.append(g)
+            cons.append(len(shape) == 1)
+            thr.append(float(table.throughput[i]) * f)
+            phys.append(float(table.throughput_physical[i]) if len(shape) == 1 else np.nan)
+            per_node.append(shape)
+            localities.append(loc)
+    parsed = [parse_job_type(j) for j in jobs]
+    return GavelTable(
+        job_type=np.array(jobs),
+        family=np.array([j.family for j in parsed]),
+        hardware=np.array(hw),
+        scale=np.array(scale, dtype=np.int64),
+        consolidated=np.array(cons, dtype=bool),
+        throughput=np.array(thr, dtype=np.float64),
+        throughput_physical=np.array(phys, dtype=np.float64),
+        features=gavel_features(
+            parsed, [KNOWN_HARDWARE[h] for h in hw], scale, cons, per_node, localities
+        ),
+    )
