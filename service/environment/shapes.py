@@ -295,3 +295,26 @@ def shape_factor(job_type: str, per_node: tuple[int, ...], localities: int = 1) 
             factor *= hop
         values.append(factor)
     return float(median(values))
+
+
+def with_gavel(
+    job_type: str, per_node: tuple[int, ...], localities: int, gavel_spread_ratio: float
+) -> float:
+    """A gang's rate / the consolidated rate, Pollux's shapes combined with Gavel's spread.
+
+    ``shape_factor(type, per_node, localities) x min(1, g / shape_factor(type, 1...1))``
+    with ``g`` Gavel's measured unconsolidated / consolidated ratio for (type,
+    GPUs, class), NaN where Gavel did not measure both. Pollux's measured shapes
+    (T4) give the loss of each shape; where Gavel measured a larger loss for
+    its own spread placement (taken as one GPU per server) on a class — faster
+    GPUs lose more to the same network — that extra loss is kept, so Gavel's
+    figure stays what it is for that placement. Where Gavel measured a smaller
+    loss (or none), Pollux's shape loss stands: a gang is never as fast as one
+    server. The simulator's rates use it (`World.gang_factor`).
+    """
+    base = shape_factor(job_type, per_node, localities)
+    g = gavel_spread_ratio
+    if not (math.isfinite(g) and g > 0) or len(per_node) == 1:
+        return base
+    ones = shape_factor(job_type, (1,) * sum(per_node), 1)
+    return base * min(1.0, g / ones)

@@ -1,4 +1,11 @@
-"""Share jobs on devices: what share and memory each device has free, and a share job's options.
+"""Options beyond one whole server: a share job's devices, and multi-server gangs.
+
+Share jobs on devices: what share and memory each device has free, and a share
+job's options (below). Gangs (`gang_options`): a whole-GPU job of ``k >= 2``
+GPUs is offered, next to every single server that could hold it, gangs over
+several servers of one class, so one-node, packed, spread and cross-domain
+placements compete in one request; each runs at `World.gang_factor` times
+the consolidated rate.
 
 The sharing rule (`service.environment.scenario.SharingConfig`): a share job
 asks for a share in (1/3, 1/2] of one GPU and its device memory, so a device
@@ -16,6 +23,9 @@ from numpy.typing import NDArray
 
 from service.environment.sim_state import Options, SimState
 from service.environment.world import EpisodeJobs, World
+
+Gang = tuple[int, list[tuple[int, int]]]
+"""(class, [(server, GPUs taken), ...])."""
 
 PairRate = Callable[[int, int, int], float]
 """(job, its co-tenant, class) -> the job's steps/s sharing a GPU (the simulator's)."""
@@ -103,3 +113,72 @@ def share_options(w: World, jobs: EpisodeJobs, s: SimState, j: int, pair_rate: P
         device=device,
         device_free_share=free_share,
     )
+
+
+def gang_options(
+    world: World, state: SimState, jobs: EpisodeJobs, sf: NDArray[np.int64], j: int, c: int, k: int
+) -> list[Gang]:
+    """Multi-server gangs of `k` GPUs on class `c`, offered next to the single servers.
+
+    - *packed*: the fewest servers, most idle first (spanning >= 2 servers);
+    - *spread*: ``k / m`` GPUs on each of ``m`` servers, ``m`` in 2, 4, 8
+      dividing ``k``: once inside one interconnect domain (the domain with the
+      most idle GPUs that has ``m`` servers) and once across domains (the most
+      idle server of each domain in turn), where the class has them.
+
+    Servers are chosen among the class's servers that are up; where they lack
+    idle GPUs the gang over-asks (the capacity constraint fires), room is never
+    invented. Duplicates are dropped. None when the class has fewer than two
+    servers up, fewer GPUs than `k`, or no consolidated rate to scale.
+    """
+    w, idle = world, state.idle
+    up = w.class_nodes_up[c]
+    if len(up) < 2 or int(w.node_gpus[up].sum()) < k:
+        return []
+    if not w.cons_rate[jobs.type_idx[j], sf[j], c] > 0:
+        return []
+    order = up[np.lexsort((up, -idle[up]))]  # most idle first
+    out: list[list[tuple[int, int]]] = []
+    packed = _fill(world, idle, order, k)
+    if len(packed) >= 2:
+        out.append(packed)
+    loc = w.node_locality
+    domains = [order[loc[order] == d] for d in dict.fromkeys(int(x) for x in loc[order])]
+    for m in (2, 4, 8):
+        if k % m or m > len(up):
+            continue
+        inside = [d for d in domains if len(d) >= m]
+        if inside:
+            best = max(inside, key=lambda d: int(idle[d[:m]].sum()))
+            out.append([(int(n), k // m) for n in best[:m]])
+        if len(domains) >= 2:
+            depth = max(len(d) for d in domains)
+            rr = [d[i] for i in range(depth) for d in domains if i < len(d)]
+            out.append([(int(n), k // m) for n in rr[:m]])
+    seen: set[tuple[tuple[int, int], ...]] = set()
+    gangs: list[Gang] = []
+    for g in out:
+        if any(t > int(w.node_gpus[n]) for n, t in g):
+            continue  # a server too small for its share: never offered
+        key = tuple(sorted(g))
+        if key not in seen:
+            seen.add(key)
+            gangs.append((c, g))
+    return gangs
+
+
+def _fill(
+    world: World, idle: NDArray[np.int64], order: NDArray[np.int64], k: int
+) -> list[tuple[int, int]]:
+    """`k` GPUs over servers in `order`: idle ones first, then over-ask up to capacity."""
+    take = {int(n): 0 for n in order}
+    left = k
+    for n in order:
+        t = min(int(idle[n]), left)
+        take[int(n)], left = t, left - t
+    for n in order:  # not enough idle GPUs: over-ask (capacity fires), never invent room
+        if left == 0:
+            break
+        t = min(int(world.node_gpus[n]) - take[int(n)], left)
+        take[int(n)], left = take[int(n)] + t, left - t
+    return [(n, t) for n, t in take.items() if t > 0]

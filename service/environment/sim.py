@@ -10,11 +10,11 @@ multiplier ``s_j`` (drawn when it starts) and the class's degradation:
 
 - alone on one server: Gavel's consolidated measurement for (type, GPUs, c);
 - a gang over servers: the consolidated measurement x the placement's
-  `gangs.gang_factor` (Pollux's measured shape ratios, a documented model
+  `World.gang_factor` (Pollux's measured shape ratios, a documented model
   where unmeasured, a cross-locality penalty, and Gavel's unconsolidated
   figure where it shows a larger loss). Gangs of several shapes (packed,
   spread evenly over 2 / 4 / 8 servers, inside one interconnect domain or
-  across domains) are offered next to the single servers (`gangs`);
+  across domains) are offered next to the single servers (`sharing.gang_options`);
 - sharing one GPU with job ``i`` (share jobs only: a share of one GPU, see
   `SharingConfig`): Gavel's pair measurement of ``j`` next to ``i``, or the
   documented model where the pair is missing (`colocation`); when ``i``
@@ -37,7 +37,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.contract import DEFER
-from service.environment import gangs, sharing
+from service.environment import sharing
 from service.environment.data import SCALE_FACTORS
 from service.environment.sim_state import (
     DONE,
@@ -227,7 +227,7 @@ class Simulator:
                 span = len({int(w.node_locality[n]) for n, _ in g})
                 localities[len(nodes) + i] = span
                 per_node = tuple(t for _, t in g)
-                factor[len(nodes) + i] = gangs.gang_factor(w, t_j, sf_j, c, per_node, span)
+                factor[len(nodes) + i] = w.gang_factor(t_j, sf_j, c, per_node, span)
             offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
             node = np.asarray(node_l, dtype=np.int32)
             take = np.asarray(take_l, dtype=np.int32)
@@ -253,8 +253,8 @@ class Simulator:
         self._current = (j, opts)
         return opts
 
-    def _gang_options(self, j: int, c: int, k: int) -> list[gangs.Gang]:
-        return gangs.gang_options(self.world, self.state, self.jobs, self._sf, j, c, k)
+    def _gang_options(self, j: int, c: int, k: int) -> list[sharing.Gang]:
+        return sharing.gang_options(self.world, self.state, self.jobs, self._sf, j, c, k)
 
     def apply(self, j: int, option: int) -> bool:
         """Place job `j` (the head of the queue) on `option`, or defer it (`DEFER`).

@@ -26,6 +26,7 @@ from service.environment.data import (
 from service.environment.partitions import MIG_PROFILES, partition_class
 from service.environment.samples import family_memory_gb, family_model_size_b
 from service.environment.scenario import NodeGroup, Scenario
+from service.environment.shapes import with_gavel
 
 MAX_GPUS_PER_JOB = max(SCALE_FACTORS)
 LOCALITY_SERVERS = 2
@@ -34,7 +35,7 @@ servers are racked in consecutive pairs (an assumption: the data names no racks)
 so a class with more than two servers offers gangs inside one domain and across two."""
 GANGS_PER_CLASS = 1 + 2 * 3
 """Most gang options per class: the packed gang, plus an even spread over 2, 4 or 8
-servers, each inside one domain and across domains (`service.environment.gangs`)."""
+servers, each inside one domain and across domains (`sharing.gang_options`)."""
 _Shares = (
     tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.bool_]] | tuple[None, None, None]
 )
@@ -119,7 +120,7 @@ class World:
             model (`service.environment.colocation`); degradation applied.
         pair_measured: same shape, True where the pair was measured.
         gavel_spread_ratio: Gavel's unconsolidated / consolidated rate, NaN where
-            not both measured (used by `service.environment.gangs.gang_factor`).
+            not both measured (used by `World.gang_factor`).
         node_locality, node_locality_ids: interconnect domain per node (index,
             contract ``locality`` string; `LOCALITY_SERVERS` servers each).
         device_class, device_memory_gb: per device (GPU or partition slice).
@@ -233,6 +234,18 @@ class World:
     def max_options(self) -> int:
         """Most options a request can have: one per node plus `GANGS_PER_CLASS` per class."""
         return self.n_nodes + GANGS_PER_CLASS * self.n_classes
+
+    def gang_factor(
+        self, type_idx: int, sf: int, c: int, per_node: tuple[int, ...], localities: int
+    ) -> float:
+        """A gang's rate on class `c` / the consolidated rate (`shapes.with_gavel`), cached."""
+        key = (type_idx, sf, c, tuple(sorted(per_node, reverse=True)), localities)
+        out = self._gang_factors.get(key)
+        if out is None:
+            ratio = float(self.gavel_spread_ratio[type_idx, sf, c])
+            job_type = self.table.job_types[type_idx]
+            out = self._gang_factors[key] = with_gavel(job_type, key[3], localities, ratio)
+        return out
 
     def _placeable_rows(self) -> NDArray[np.bool_]:
         """Trace rows some option of this cluster could ever run (empty cluster, no drain)."""

@@ -17,7 +17,6 @@ import pytest
 from service.contract import check_feasibility, validate_request
 from service.environment import Randomness, Scenario, Simulator, contract_request
 from service.environment.data import SCALE_FACTORS
-from service.environment.gangs import gang_factor
 from service.environment.reproduction import _jobs, bench_world
 from service.environment.shapes import (
     POLLUX_MODELS,
@@ -37,7 +36,7 @@ def simulator_ratio(
     """The simulator's rate of `per_node` / that of `reference` (one domain, class `c`).
 
     GPU counts the simulator runs (Gavel's 1, 2, 4, 8) use the factor its rates
-    apply (`gang_factor`, Gavel's extra loss included); 3 GPUs, which no trace
+    apply (`World.gang_factor`, Gavel's extra loss included); 3 GPUs, which no trace
     job asks for, use `shape_factor` (what the simulator would apply).
     """
     k = sum(per_node)
@@ -46,7 +45,7 @@ def simulator_ratio(
     t, sf = world.table.type_index(job_type), SCALE_FACTORS.index(k)
 
     def rate(shape: tuple[int, ...]) -> float:
-        return 1.0 if len(shape) == 1 else gang_factor(world, t, sf, c, shape, 1)
+        return 1.0 if len(shape) == 1 else world.gang_factor(t, sf, c, shape, 1)
 
     return rate(per_node) / rate(reference)
 
