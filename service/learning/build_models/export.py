@@ -13,6 +13,9 @@ the service needs nothing but ``session.run``::
               ├─ q50 ─┼─ Min(q10, q50) - c ┐
               └─ q90 ─┘  Max(q90, q50) + c ┴─ Concat(lo, q50, hi) ─ Exp ─ throughput_quantiles
 
+With a shape model (`QuantileModels.shape`), its output (the log gang-shape
+factor) is added to each quantile first.
+
 With a training support (`support.TrainingSupport`), the graph also tests
 every row against it — nearest training configuration by max-abs difference
 over the cell columns, and every column against its training range — and
@@ -102,6 +105,15 @@ def predictor_onnx(
         nodes += n
         inits += i
         outs.append(out)
+    if models.shape is not None:  # the log shape factor, added to every quantile
+        n, i, term = _prefixed(_convert(models.shape, n_features, "gavel_shape"), "shape")
+        nodes += n
+        inits += i
+        for k, tag in enumerate(("q10", "q50", "q90")):
+            nodes.append(
+                helper.make_node("Add", [outs[k], term], [f"{tag}_shaped"], name=f"shape_{tag}")
+            )
+            outs[k] = f"{tag}_shaped"
     inits.append(numpy_helper.from_array(np.array([models.offset], dtype=np.float32), "offset"))
     lo, hi = ("lo_wide", "hi_wide") if models.support is None else ("lo_final", "hi_final")
     nodes += [

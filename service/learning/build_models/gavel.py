@@ -67,6 +67,8 @@ class GavelTable:
         throughput: steps/s of the whole job (simulation column), > 0.
         throughput_physical: the physical-cluster column, for reporting.
         features: float32, shape ``(n, N_PREDICTOR_FEATURES)``.
+        log_shape_factor: log of each row's gang-shape factor (0 for one server)
+            when the rows come from `shape_rows.with_shape_rows`, else None.
     """
 
     job_type: NDArray[np.str_]
@@ -77,6 +79,7 @@ class GavelTable:
     throughput: NDArray[np.float64]
     throughput_physical: NDArray[np.float64]
     features: NDArray[np.float32]
+    log_shape_factor: NDArray[np.float64] | None = None
 
     def __len__(self) -> int:
         return len(self.throughput)

@@ -4,21 +4,24 @@ Why: Gavel measured one consolidated and one spread rate per (job type, GPU
 count, class), so a predictor fitted on it alone cannot tell ``4`` from ``22``
 from ``1111`` (measured on Pollux's testbed: spread is slower for all six
 models, ``22`` slower than ``1111``, and at 8 GPUs ``44`` slower than
-``2222``). The simulator's truth is Gavel's consolidated rate times
-`service.environment.shapes.shape_factor`; these rows are the same product,
-so the predictor learns the shapes the simulator offers.
+``2222``). The simulator runs a gang at Gavel's consolidated rate times
+`service.environment.gangs.gang_factor`; these rows are the same product, so
+the predictor learns the shapes the simulator offers:
 
-Rows added, per Gavel *consolidated* row of 2 or more GPUs (job type, class,
-GPUs ``g``): one per multi-server shape of ``g`` GPUs (every partition of
-``g`` into 2 .. g servers, at most `MAX_SERVERS`), in one locality and across
-two, with throughput ``consolidated x shape_factor(job type, shape, L)``. The
-factor charges a locality crossing once, so ``L = 2`` stands for any
-``L >= 2`` (the feature is a bit, `predictor_features.cross_locality`).
+    factor = shape_factor(type, shape, L) x min(1, g / shape_factor(type, 1...1, 1))
 
-Gavel's own *unconsolidated* rows are kept out of the fit (still read and
-reported): their shape is not recorded, and on the one shape the serving
-function would give them (one GPU per server) they would contradict the
-measured ratio the simulator uses there.
+with ``g`` Gavel's measured unconsolidated / consolidated ratio for the same
+(job type, GPUs, class) (1 where Gavel has no spread row), i.e. Pollux's
+loss per shape, plus Gavel's extra loss where Gavel measured a larger one
+for its own spread placement on that class.
+
+Rows, per Gavel *consolidated* row of 2 or more GPUs (job type, class, GPUs
+``g``): the row itself, and one per multi-server shape of ``g`` GPUs (every
+partition of ``g`` into 2 .. g servers, at most `MAX_SERVERS`), in one
+locality and across two. The factor charges a locality crossing once, so
+``L = 2`` stands for any ``L >= 2`` (the feature is a bit,
+`predictor_features.cross_locality`). Gavel's unconsolidated rows enter
+through ``g``, not as rows of their own: their shape is not recorded.
 """
 
 from __future__ import annotations
@@ -61,24 +64,49 @@ def default_shape_factor() -> ShapeFactor:
     return shape_factor
 
 
+def gavel_spread_ratio(table: GavelTable) -> dict[tuple[str, str, int], float]:
+    """Gavel's unconsolidated / consolidated throughput per (job type, class, GPUs)."""
+    rates: dict[tuple[str, str, int, bool], float] = {}
+    for jt, hw, g, cons, v in zip(
+        table.job_type,
+        table.hardware,
+        table.scale,
+        table.consolidated,
+        table.throughput,
+        strict=True,
+    ):
+        rates[(str(jt), str(hw), int(g), bool(cons))] = float(v)
+    return {
+        (jt, hw, g): v / rates[(jt, hw, g, True)]
+        for (jt, hw, g, cons), v in rates.items()
+        if not cons and (jt, hw, g, True) in rates
+    }
+
+
 def with_shape_rows(table: GavelTable, factor: ShapeFactor | None = None) -> GavelTable:
     """`table`'s consolidated rows plus the derived shape rows (module docstring)."""
     factor = factor or default_shape_factor()
+    spread = gavel_spread_ratio(table)
     keep = table.consolidated | (table.scale == 1)
-    jobs, hw, scale, cons, thr, phys = [], [], [], [], [], []
+    jobs, hw, scale, cons, thr, phys, factors = [], [], [], [], [], [], []
     per_node: list[tuple[int, ...]] = []
     localities: list[int] = []
     for i in np.flatnonzero(keep):
-        g = int(table.scale[i])
+        g, job = int(table.scale[i]), str(table.job_type[i])
         rows = [((g,), 1, 1.0)]
-        for shape in shapes_of(g) if g > 1 else []:
-            rows += [(shape, loc, factor(str(table.job_type[i]), shape, loc)) for loc in (1, 2)]
+        if g > 1:
+            measured = spread.get((job, str(table.hardware[i]), g), 0.0)
+            ones = factor(job, (1,) * g, 1)
+            extra = min(1.0, measured / ones) if measured > 0 else 1.0
+            for shape in shapes_of(g):
+                rows += [(shape, loc, factor(job, shape, loc) * extra) for loc in (1, 2)]
         for shape, loc, f in rows:
             jobs.append(str(table.job_type[i]))
             hw.append(str(table.hardware[i]))
             scale.append(g)
             cons.append(len(shape) == 1)
             thr.append(float(table.throughput[i]) * f)
+            factors.append(f)
             phys.append(float(table.throughput_physical[i]) if len(shape) == 1 else np.nan)
             per_node.append(shape)
             localities.append(loc)
@@ -94,4 +122,5 @@ def with_shape_rows(table: GavelTable, factor: ShapeFactor | None = None) -> Gav
         features=gavel_features(
             parsed, [KNOWN_HARDWARE[h] for h in hw], scale, cons, per_node, localities
         ),
+        log_shape_factor=np.log(np.array(factors, dtype=np.float64)),
     )
