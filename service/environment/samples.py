@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from service.contract import (
     KNOWN_HARDWARE,
@@ -70,15 +70,13 @@ def family_model_size_b(job_type: str) -> float:
     return _FAMILY_ASSUMPTIONS.get(job_type.split(" (")[0], _DEFAULT_FAMILY)[0]
 
 
-def host_free(
-    total: NDArray[np.float64], devices: NDArray[np.int64], used_devices: NDArray[np.float64]
-) -> NDArray[np.float64]:
+def host_free(total: ArrayLike, devices: ArrayLike, used_devices: ArrayLike) -> NDArray[np.float64]:
     """Free host CPU (or memory) per server when jobs hold `used_devices` of its `devices`.
 
     ``total * (1 - HOST_USE_PER_DEVICE * used / devices)``: a busy server still
     has half its host free, an idle one all of it (`HOST_USE_PER_DEVICE`).
     """
-    used = np.asarray(used_devices, dtype=np.float64) / np.maximum(devices, 1)
+    used = np.asarray(used_devices, dtype=np.float64) / np.maximum(np.asarray(devices), 1)
     out: NDArray[np.float64] = np.asarray(total, dtype=np.float64) * (
         1.0 - HOST_USE_PER_DEVICE * np.clip(used, 0.0, 1.0)
     )
