@@ -7,10 +7,11 @@ number of instances per GPU. A slice's capability numbers are the parent
 class's datasheet numbers scaled by those fractions; a slice has no NVLink of
 its own, so its interconnect number is unknown (None), not 0.
 
-Gavel measured no A100 and no partition, so no simulated job is *allowed* on
-a partition class (its rates are unmeasured; the contract's
-``hardware_compatibility`` masks it): the partitioned node is in every request,
-as in a real fleet, and no number is made up for how fast a job would run there.
+Gavel measured no A100 and no partition: a partition class (like any known
+class Gavel did not measure) runs at V100's measured rate times
+`scale_from_v100` (the slower of its datasheet compute and bandwidth ratios
+to V100), a documented rule instead of a refusal; a class stating neither
+number has no rate and stays masked (``hardware_compatibility``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from service.contract import KNOWN_HARDWARE, HardwareClass
+from service.environment.data import GAVEL_WORKER_TYPES
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,3 +58,27 @@ def partition_class(hardware: str, profile: str) -> HardwareClass:
         None if bandwidth is None else bandwidth * p.memory_slices / 8.0,
         None,
     )
+
+
+def scale_from_v100(cls: HardwareClass) -> float:
+    """Rate multiplier from V100 for a class Gavel never measured (documented rule).
+
+    ``min(peak_dense_tflops / V100's, memory_bandwidth_gbps / V100's)``: the
+    slower of the two datasheet ratios (training steps of these models are
+    bound by one or the other; the smaller is the cautious guess). V100 is
+    Gavel's fastest measured class and the nearest by generation to every newer
+    one. NaN where the class states neither number: then it has no rate and
+    stays masked (``hardware_compatibility``). Measured classes: 1 (unused).
+    """
+    if cls.name in GAVEL_WORKER_TYPES:
+        return 1.0
+    v100 = KNOWN_HARDWARE["V100"]
+    ratios = [
+        a / b
+        for a, b in (
+            (cls.peak_dense_tflops, v100.peak_dense_tflops),
+            (cls.memory_bandwidth_gbps, v100.memory_bandwidth_gbps),
+        )
+        if a is not None and b is not None and a > 0
+    ]
+    return min(ratios) if ratios else float("nan")

@@ -2,7 +2,7 @@
 
 - `isolated_run`: one job alone on one server (or a gang over several)
   completes, on average, in ``total_steps / expected throughput`` (Gavel's
-  consolidated measurement; for a gang times `World.gang_factor` of the
+  consolidated measurement; for a gang times `sharing.gang_factor` of the
   placement it took); returns the ratio of simulated to expected run time,
   with its Monte Carlo error over runs.
 - `pair_run`: two share jobs on one GPU run at the co-located rates (Gavel's
@@ -23,6 +23,7 @@ from service.environment.data import SCALE_FACTORS
 from service.environment.episode import run_production
 from service.environment.reference import LeastLoaded, ThroughputAware
 from service.environment.scenario import NodeGroup, Scenario
+from service.environment.sharing import gang_factor
 from service.environment.sim import Randomness, Simulator
 from service.environment.truth import Estimate, on_policy, paired_difference
 from service.environment.world import EpisodeJobs, World
@@ -104,7 +105,7 @@ def isolated_run(world: World, job_type: str, gpus: int, n_runs: int, seed: int)
             consolidated = False
             span = len(set(world.node_locality[nodes].tolist()))
             sf = SCALE_FACTORS.index(gpus)
-            expected *= world.gang_factor(t, sf, c, tuple(int(x) for x in per_node), span)
+            expected *= gang_factor(world, t, sf, c, tuple(int(x) for x in per_node), span)
         ratios[r] = float(sim.state.finish[0]) / (steps / expected)
     return IsolatedRun(
         job_type, gpus, world.classes[c].name, consolidated, measured, Estimate.of(ratios)

@@ -72,9 +72,12 @@ class NodeGroup:
 
     With `partition` (a MIG profile name, ``service.environment.world.MIG_PROFILES``)
     each GPU is cut into that profile's slices, each a device of its own class
-    (``f"{hardware}-{partition}"``). Such a class was never measured by Gavel,
-    so no simulated job is allowed on it (the contract masks it); it is there
-    so that requests carry a partitioned node, as real fleets do.
+    (``f"{hardware}-{partition}"``). Such a class was never measured by Gavel:
+    its rates follow the documented rule for unmeasured classes
+    (`service.environment.partitions.scale_from_v100`: V100's rate x the slower of
+    its datasheet compute and bandwidth ratios), as for any known class Gavel
+    did not measure; it is there so that requests carry a partitioned node,
+    as real fleets do.
     """
 
     hardware: str
@@ -164,11 +167,11 @@ class Scenario:
         for i, g in enumerate(self.nodes):
             if g.partition:
                 continue  # a partitioned group: checked by _validate_partitions
-            if g.hardware not in GAVEL_WORKER_TYPES or g.hardware not in KNOWN_HARDWARE:
+            if g.hardware not in KNOWN_HARDWARE:  # Gavel's or rated by world's rule
                 raise InvalidInput(
                     f"cluster[{i}].hardware",
-                    f"must be a measured class ({', '.join(GAVEL_WORKER_TYPES)}), "
-                    f"got {g.hardware!r}",
+                    f"must be a known class (Gavel's {', '.join(GAVEL_WORKER_TYPES)} or "
+                    f"another of KNOWN_HARDWARE), got {g.hardware!r}",
                 )
             if g.count < 1:
                 raise InvalidInput(f"cluster[{i}].count", f"must be >= 1, got {g.count}")

@@ -310,7 +310,7 @@ def with_gavel(
     GPUs lose more to the same network — that extra loss is kept, so Gavel's
     figure stays what it is for that placement. Where Gavel measured a smaller
     loss (or none), Pollux's shape loss stands: a gang is never as fast as one
-    server. The simulator's rates use it (`World.gang_factor`).
+    server. The simulator's rates use it (`sharing.gang_factor`).
     """
     base = shape_factor(job_type, per_node, localities)
     g = gavel_spread_ratio

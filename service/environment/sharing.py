@@ -4,7 +4,7 @@ Share jobs on devices: what share and memory each device has free, and a share
 job's options (below). Gangs (`gang_options`): a whole-GPU job of ``k >= 2``
 GPUs is offered, next to every single server that could hold it, gangs over
 several servers of one class, so one-node, packed, spread and cross-domain
-placements compete in one request; each runs at `World.gang_factor` times
+placements compete in one request; each runs at `gang_factor` times
 the consolidated rate.
 
 The sharing rule (`service.environment.scenario.SharingConfig`): a share job
@@ -21,6 +21,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import NDArray
 
+from service.environment.shapes import with_gavel
 from service.environment.sim_state import Options, SimState
 from service.environment.world import EpisodeJobs, World
 
@@ -182,3 +183,16 @@ def _fill(
         t = min(int(world.node_gpus[n]) - take[int(n)], left)
         take[int(n)], left = take[int(n)] + t, left - t
     return [(n, t) for n, t in take.items() if t > 0]
+
+
+def gang_factor(
+    world: World, type_idx: int, sf: int, c: int, per_node: tuple[int, ...], localities: int
+) -> float:
+    """A gang's rate on class `c` / the consolidated rate (`shapes.with_gavel`), cached."""
+    key = (type_idx, sf, c, tuple(sorted(per_node, reverse=True)), localities)
+    out = world._gang_factors.get(key)
+    if out is None:
+        ratio = float(world.gavel_spread_ratio[type_idx, sf, c])
+        job_type = world.table.job_types[type_idx]
+        out = world._gang_factors[key] = with_gavel(job_type, key[3], localities, ratio)
+    return out

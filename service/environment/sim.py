@@ -10,7 +10,7 @@ multiplier ``s_j`` (drawn when it starts) and the class's degradation:
 
 - alone on one server: Gavel's consolidated measurement for (type, GPUs, c);
 - a gang over servers: the consolidated measurement x the placement's
-  `World.gang_factor` (Pollux's measured shape ratios, a documented model
+  `sharing.gang_factor` (Pollux's measured shape ratios, a documented model
   where unmeasured, a cross-locality penalty, and Gavel's unconsolidated
   figure where it shows a larger loss). Gangs of several shapes (packed,
   spread evenly over 2 / 4 / 8 servers, inside one interconnect domain or
@@ -227,7 +227,7 @@ class Simulator:
                 span = len({int(w.node_locality[n]) for n, _ in g})
                 localities[len(nodes) + i] = span
                 per_node = tuple(t for _, t in g)
-                factor[len(nodes) + i] = w.gang_factor(t_j, sf_j, c, per_node, span)
+                factor[len(nodes) + i] = sharing.gang_factor(w, t_j, sf_j, c, per_node, span)
             offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
             node = np.asarray(node_l, dtype=np.int32)
             take = np.asarray(take_l, dtype=np.int32)

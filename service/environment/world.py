@@ -23,10 +23,9 @@ from service.environment.data import (
     machine_shape,
     philly_surge_factor,
 )
-from service.environment.partitions import MIG_PROFILES, partition_class
+from service.environment.partitions import MIG_PROFILES, partition_class, scale_from_v100
 from service.environment.samples import family_memory_gb, family_model_size_b
 from service.environment.scenario import NodeGroup, Scenario
-from service.environment.shapes import with_gavel
 
 MAX_GPUS_PER_JOB = max(SCALE_FACTORS)
 LOCALITY_SERVERS = 2
@@ -114,13 +113,16 @@ class World:
         node_class, node_gpus, node_cpu, node_memory_gb, node_draining: per node.
         gpu_start: int64 ``(n_nodes + 1,)``: node i owns GPUs ``gpu_start[i]:gpu_start[i+1]``.
         cons_rate, spread_rate: ``(n_types, len(SCALE_FACTORS), n_classes)`` steps/s,
-            NaN = not measured, 0 = cannot run; degradation applied.
+            NaN = not measured, 0 = cannot run; degradation applied. A class Gavel
+            never measured gets V100's consolidated rate x `class_scale`
+            (`partitions.scale_from_v100`, documented rule) instead of being refused.
+        measured_cons: Gavel's consolidated rates only (NaN for other classes; SLOs).
         pair_rate: ``(n_types, n_types, n_classes)`` rate of the row type sharing a GPU
             with the column type: Gavel's pair where measured, else the documented
             model (`service.environment.colocation`); degradation applied.
         pair_measured: same shape, True where the pair was measured.
         gavel_spread_ratio: Gavel's unconsolidated / consolidated rate, NaN where
-            not both measured (used by `World.gang_factor`).
+            not both measured (used by `sharing.gang_factor`).
         node_locality, node_locality_ids: interconnect domain per node (index,
             contract ``locality`` string; `LOCALITY_SERVERS` servers each).
         device_class, device_memory_gb: per device (GPU or partition slice).
@@ -182,10 +184,15 @@ class World:
         cols = self._class_cols = [
             self.table.class_index(n) if m else 0 for n, m in zip(names, measured, strict=True)
         ]
-        unmeasured = ~np.asarray(measured, dtype=bool)  # partitions: no rate at all (NaN)
+        unmeasured = ~np.asarray(measured, dtype=bool)  # not Gavel's: rates by `scale_from_v100`
         degrade = np.array([scenario.degrade.get(n, 1.0) for n in names])
         self.measured_cons = _nan_where(self.table.isolated[:, :, cols, 1], unmeasured)
-        self.cons_rate = self.measured_cons * degrade
+        self.class_scale = np.array([scale_from_v100(c) for c in self.classes])
+        derived = np.where(  # unmeasured classes: V100's rate x `scale_from_v100` (NaN: none)
+            unmeasured, self.table.isolated[:, :, [self.table.class_index("V100")], 1], 1.0
+        ) * np.where(unmeasured, self.class_scale, 1.0)
+        alone = np.where(unmeasured, derived, self.measured_cons)
+        self.cons_rate = alone * degrade
         self.spread_rate = _nan_where(self.table.isolated[:, :, cols, 0], unmeasured) * degrade
         with np.errstate(invalid="ignore", divide="ignore"):
             self.gavel_spread_ratio = self.spread_rate / self.cons_rate  # NaN: not both measured
@@ -195,7 +202,7 @@ class World:
         )
         pair, self.pair_measured = colocated_rates(
             _nan_where(self.table.pair[:, :, cols], unmeasured),
-            self.measured_cons[:, 0],
+            alone[:, 0],
             self.colocation_ratio,
         )
         self.pair_rate = pair * degrade
@@ -234,18 +241,6 @@ class World:
     def max_options(self) -> int:
         """Most options a request can have: one per node plus `GANGS_PER_CLASS` per class."""
         return self.n_nodes + GANGS_PER_CLASS * self.n_classes
-
-    def gang_factor(
-        self, type_idx: int, sf: int, c: int, per_node: tuple[int, ...], localities: int
-    ) -> float:
-        """A gang's rate on class `c` / the consolidated rate (`shapes.with_gavel`), cached."""
-        key = (type_idx, sf, c, tuple(sorted(per_node, reverse=True)), localities)
-        out = self._gang_factors.get(key)
-        if out is None:
-            ratio = float(self.gavel_spread_ratio[type_idx, sf, c])
-            job_type = self.table.job_types[type_idx]
-            out = self._gang_factors[key] = with_gavel(job_type, key[3], localities, ratio)
-        return out
 
     def _placeable_rows(self) -> NDArray[np.bool_]:
         """Trace rows some option of this cluster could ever run (empty cluster, no drain)."""

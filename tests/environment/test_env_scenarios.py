@@ -66,7 +66,7 @@ INVALID = [
     (lambda d: d.update(colour="blue"), "colour", "is not a scenario key"),
     (lambda d: d["trace"].update(jobs_per_episode=0), "trace.jobs_per_episode", "must be >= 1"),
     (lambda d: d["trace"].update(arrival_time_scale=-1), "trace.arrival_time_scale", "> 0"),
-    (lambda d: d["cluster"][0].update(hardware="H100-SXM"), "cluster[0].hardware", "measured"),
+    (lambda d: d["cluster"][0].update(hardware="Z9000"), "cluster[0].hardware", "known class"),
     (lambda d: d["cluster"][1].update(count=0), "cluster[1].count", "must be >= 1"),
     (lambda d: d.update(degrade={"V100": 1.5}), "degrade.V100", "(0, 1]"),
     (lambda d: d.update(degrade={"P100": 0.5}), "degrade.P100", "not a class of this cluster"),

@@ -26,6 +26,7 @@ from service.environment.shapes import (
     model_for,
     shape_factor,
 )
+from service.environment.sharing import gang_factor
 from service.environment.sim import DONE, RUNNING
 from service.environment.world import World
 
@@ -36,7 +37,7 @@ def simulator_ratio(
     """The simulator's rate of `per_node` / that of `reference` (one domain, class `c`).
 
     GPU counts the simulator runs (Gavel's 1, 2, 4, 8) use the factor its rates
-    apply (`World.gang_factor`, Gavel's extra loss included); 3 GPUs, which no trace
+    apply (`sharing.gang_factor`, Gavel's extra loss included); 3 GPUs, which no trace
     job asks for, use `shape_factor` (what the simulator would apply).
     """
     k = sum(per_node)
@@ -45,7 +46,7 @@ def simulator_ratio(
     t, sf = world.table.type_index(job_type), SCALE_FACTORS.index(k)
 
     def rate(shape: tuple[int, ...]) -> float:
-        return 1.0 if len(shape) == 1 else world.gang_factor(t, sf, c, shape, 1)
+        return 1.0 if len(shape) == 1 else gang_factor(world, t, sf, c, shape, 1)
 
     return rate(per_node) / rate(reference)
 
