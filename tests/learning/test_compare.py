@@ -17,6 +17,7 @@ from service.learning.instrument import Instrumented
 from service.learning.pooled import decide_on_pool, pool_batch
 from service.policies.base import PolicyDecisions, ScoringBatch
 from service.policies.baselines import FirstFit
+from service.policies.outcome_features import OUTCOME_FEATURES
 
 from .conftest import POLICIES_DIR
 
@@ -100,7 +101,7 @@ def test_compare_reports_both_truths_and_reruns_identically(tmp_path: Path) -> N
     assert manifest["spec"]["seeds"] == [100, 101]
     assert set(manifest["policies"]) >= {"lcb-planner", "iwr-scorer", "learned-outcome"}
     assert "gavel-throughputs/isolated_throughputs.csv" in manifest["data_files"]
-    assert manifest["features"]["placement-outcome-features-v1"]
+    assert manifest["features"][OUTCOME_FEATURES.version]
     assert "timings" not in results and (tmp_path / "a" / "timings.json").exists()
 
     code, output = run("--from-manifest", str(tmp_path / "a" / "run_manifest.json"),

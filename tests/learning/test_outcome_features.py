@@ -42,5 +42,5 @@ def test_rows_extend_the_gavel_rows_and_read_sharing_off_the_state(small_world: 
 def test_empty_batch_and_definition_hash() -> None:
     assert OUTCOME_FEATURES([]).shape == (0, N_OUTCOME_FEATURES)
     assert OUTCOME_FEATURES.definition_hash == OUTCOME_FEATURES.definition_hash
-    other = dataclasses.replace(OUTCOME_FEATURES, version="placement-outcome-features-v2")
+    other = dataclasses.replace(OUTCOME_FEATURES, version="placement-outcome-features-other")
     assert other.definition_hash != OUTCOME_FEATURES.definition_hash
