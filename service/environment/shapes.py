@@ -261,7 +261,7 @@ def _modelled(shapes: PlacementShapes, model: str, per_node: tuple[int, ...]) ->
     if n > POLLUX_NODE_GPUS:
         base = shapes.ratio(model, (1,) * POLLUX_NODE_GPUS)
         assert base is not None
-        return base ** (math.log(n) / math.log(POLLUX_NODE_GPUS))
+        return float(base ** (math.log(n) / math.log(POLLUX_NODE_GPUS)))
     mapped = shapes.ratio(model, _nearest_pollux_shape(per_node))
     assert mapped is not None, (model, per_node)
     return mapped
