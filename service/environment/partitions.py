@@ -7,11 +7,12 @@ number of instances per GPU. A slice's capability numbers are the parent
 class's datasheet numbers scaled by those fractions; a slice has no NVLink of
 its own, so its interconnect number is unknown (None), not 0.
 
-Gavel measured no A100 and no partition: a partition class (like any known
-class Gavel did not measure) runs at V100's measured rate times
-`scale_from_v100` (the slower of its datasheet compute and bandwidth ratios
-to V100), a documented rule instead of a refusal; a class stating neither
-number has no rate and stays masked (``hardware_compatibility``).
+Gavel measured no A100 and no partition, so no simulated job is *allowed* on
+a partition class (its rates are unmeasured; the contract's
+``hardware_compatibility`` masks it): the partitioned node is in every request,
+as in a real fleet, and no number is made up for how fast a job would run there.
+A whole known class Gavel did not measure (A100, H100, ...) is rated instead
+by `scale_from_v100`.
 """
 
 from __future__ import annotations
@@ -67,11 +68,15 @@ def scale_from_v100(cls: HardwareClass) -> float:
     slower of the two datasheet ratios (training steps of these models are
     bound by one or the other; the smaller is the cautious guess). V100 is
     Gavel's fastest measured class and the nearest by generation to every newer
-    one. NaN where the class states neither number: then it has no rate and
-    stays masked (``hardware_compatibility``). Measured classes: 1 (unused).
+    one. NaN where the class states neither number, and for a partition (a
+    class outside `KNOWN_HARDWARE`): a slice's isolation and memory-slice
+    effects on step time are not in any data, so it has no rate and stays
+    masked (``hardware_compatibility``), as the demo shows. Measured: 1 (unused).
     """
     if cls.name in GAVEL_WORKER_TYPES:
         return 1.0
+    if cls.name not in KNOWN_HARDWARE:
+        return float("nan")
     v100 = KNOWN_HARDWARE["V100"]
     ratios = [
         a / b

@@ -72,12 +72,11 @@ class NodeGroup:
 
     With `partition` (a MIG profile name, ``service.environment.world.MIG_PROFILES``)
     each GPU is cut into that profile's slices, each a device of its own class
-    (``f"{hardware}-{partition}"``). Such a class was never measured by Gavel:
-    its rates follow the documented rule for unmeasured classes
-    (`service.environment.partitions.scale_from_v100`: V100's rate x the slower of
-    its datasheet compute and bandwidth ratios), as for any known class Gavel
-    did not measure; it is there so that requests carry a partitioned node,
-    as real fleets do.
+    (``f"{hardware}-{partition}"``). Such a class was never measured by Gavel,
+    so no simulated job is allowed on it (the contract masks it; a whole known
+    class Gavel did not measure is rated by
+    `service.environment.partitions.scale_from_v100` instead); it is there so
+    that requests carry a partitioned node, as real fleets do.
     """
 
     hardware: str

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from service.contract import check_feasibility, validate_request
-from service.environment import Randomness, Scenario, Simulator, contract_request
+from service.environment import NodeGroup, Randomness, Scenario, Simulator, contract_request
 from service.environment.data import SCALE_FACTORS
 from service.environment.reproduction import _jobs, bench_world
 from service.environment.shapes import (
@@ -146,6 +146,26 @@ def test_one_request_offers_one_server_packed_spread_and_cross_domain_gangs(
          int(opts.localities[i])) for i in range(opts.n))}  # fmt: skip
     assert by_shape[((4, 4), 2)] < by_shape[((4, 4), 1)]
     assert by_shape[((4, 4), 1)] < by_shape[((2, 2, 2, 2), 2)] * 10  # finite, measured order
+
+
+def test_a_known_class_gavel_never_measured_is_rated_by_the_rule_not_refused(
+    scenarios: dict[str, Scenario],
+) -> None:
+    base = scenarios["train"]
+    world = World(base.replace(nodes=(*base.nodes, NodeGroup("H100-SXM", 1, "V100"))))
+    h100 = [c.name for c in world.classes].index("H100-SXM")
+    v100 = [c.name for c in world.classes].index("V100")
+    # min(989 / 125 TFLOP/s, 3350 / 900 GB/s) = 3.72 x V100's measured rate, every type
+    np.testing.assert_allclose(world.class_scale[h100], 3350 / 900)
+    both = np.isfinite(world.measured_cons[:, :, v100])
+    np.testing.assert_allclose(
+        world.cons_rate[:, :, h100][both], 3350 / 900 * world.measured_cons[:, :, v100][both]
+    )
+    assert world.allowed[:, :, h100].any()
+    assert np.isnan(world.measured_cons[:, :, h100]).all()  # SLOs stay on Gavel's numbers
+    demo = World(scenarios["demo"])  # a MIG partition has no rate: still masked
+    part = [c.name for c in demo.classes].index("A100-80GB-3g.40gb")
+    assert not demo.allowed[:, :, part].any()
 
 
 def _print_docs_table() -> None:
