@@ -89,7 +89,10 @@ def contract_request(
     and memory free fall with the device share the server's jobs hold
     (`service.environment.samples.host_free`, an assumption); they never bind,
     as jobs ask for none. queue_length is 0 (the queue is global, not per
-    server).
+    server). ``locality`` names each server's interconnect domain
+    (`world.LOCALITY_SERVERS` servers each); ``workload.gang_size`` is the most
+    servers any option spans (the contract's rule); a gang's option id lists
+    its servers and GPUs.
     """
     w, opts = sim.world, sim.options(j)
     n = w.n_nodes
