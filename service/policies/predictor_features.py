@@ -56,6 +56,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -187,7 +188,10 @@ def compute_predictor_features(
 
 
 def distinct_localities(
-    locality: Sequence[str], nodes: NDArray[np.int64], entry_option: NDArray[np.int64], n_opt: int
+    locality: Sequence[str],
+    nodes: NDArray[np.integer[Any]],
+    entry_option: NDArray[np.integer[Any]],
+    n_opt: int,
 ) -> NDArray[np.float64]:
     """Distinct localities among each option's nodes (1 for a one-node option).
 

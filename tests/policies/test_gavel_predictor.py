@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from service.learning.build_models.gavel import (
     fastest_single_gpu_class,
     load_gavel,
 )
+from service.learning.build_models.shape_rows import with_shape_rows
 from service.policies.base import ScoringBatch
 from service.policies.baselines import ThroughputGreedy
 from service.policies.batching import make_batch
@@ -105,18 +107,55 @@ def test_throughput_greedy_picks_the_measured_fastest_class(
 
 
 def test_contract_path_and_table_path_give_identical_predictor_rows(table: GavelTable) -> None:
-    node = {"K80": 0, "P100": 2, "V100": 4}
+    """Every fitted row (Gavel's and the gang-shape rows) is the row a contract request gets.
+
+    Servers of eight GPUs, sixteen per class, eight per locality; a row's shape
+    is placed on consecutive servers of one locality, or from the last server
+    of one locality on into the next when the row spans two.
+    """
+    shaped = with_shape_rows(table)
+    assert shaped.per_node is not None and shaped.localities is not None
+    per_class, n = 16, 48
+    state = dataclasses.replace(
+        three_class_cluster(),
+        node_ids=tuple(f"n{i}" for i in range(n)),
+        node_hardware=np.repeat(np.arange(3), per_class).astype(np.int32),
+        locality=tuple(f"r{i // 8}" for i in range(n)),
+        **{
+            f: np.full(n, v, dtype=d)
+            for f, v, d in (
+                ("accelerators_free", 8, np.int32),
+                ("accelerators_total", 8, np.int32),
+                ("cpu_free", 64.0, np.float32),
+                ("cpu_total", 64.0, np.float32),
+                ("memory_free_gb", 512.0, np.float32),
+                ("memory_total_gb", 512.0, np.float32),
+                ("utilisation", 0.0, np.float32),
+                ("queue_length", 0, np.int32),
+                ("healthy", True, bool),
+                ("draining", False, bool),
+            )
+        },
+        zone=("z",) * n,
+        labels=(frozenset(),) * n,
+    )
     requests = []
-    for job, hw, scale, together in zip(
-        table.job_type, table.hardware, table.scale, table.consolidated, strict=True
+    for job, hw, shape, loc in zip(
+        shaped.job_type, shaped.hardware, shaped.per_node, shaped.localities, strict=True
     ):
-        first = node[str(hw)]
-        if together:
-            placement = [(first, int(scale))]
-        else:
-            placement = [(first, int(scale) // 2), (first + 1, int(scale) - int(scale) // 2)]
-        requests.append(gavel_request(str(job), [placement]))
-    np.testing.assert_array_equal(PREDICTOR_FEATURES(requests), table.features)
+        first = {"K80": 0, "P100": 1, "V100": 2}[str(hw)] * per_class
+        servers = [first + k for k in range(len(shape))]
+        if loc == 2:
+            servers = [first + 7 + k for k in range(len(shape))]
+        request = gavel_request(str(job), [list(zip(servers, shape, strict=True))])
+        requests.append(
+            dataclasses.replace(
+                request,
+                state=state,
+                workload=dataclasses.replace(request.workload, gang_size=len(shape)),
+            )
+        )
+    np.testing.assert_array_equal(PREDICTOR_FEATURES(requests), shaped.features)
 
 
 def test_manifest_figures_meet_the_acceptance_bar(registry: Registry) -> None:
@@ -142,7 +181,7 @@ def test_held_out_evaluation_recomputed_from_the_data(
 ) -> None:
     from service.learning.build_models import predictor_fit
 
-    figures, _ = predictor_fit.evaluate(table, predictor_fit.PredictorConfig())
+    figures, _ = predictor_fit.evaluate(with_shape_rows(table), predictor_fit.PredictorConfig())
     assert figures["mean_abs_log_error"] < figures["baseline_mean_abs_log_error"]
     assert 0.75 <= figures["interval_coverage"] <= 0.85
     recorded = registry.manifests["gavel-throughput"].evaluation

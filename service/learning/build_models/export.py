@@ -14,7 +14,7 @@ the service needs nothing but ``session.run``::
               └─ q90 ─┘  Max(q90, q50) + c ┴─ Concat(lo, q50, hi) ─ Exp ─ throughput_quantiles
 
 With a shape model (`QuantileModels.shape`), its output (the log gang-shape
-factor) is added to each quantile first.
+factor, times ``1 - consolidated``) is added to each quantile first.
 
 With a training support (`support.TrainingSupport`), the graph also tests
 every row against it — nearest training configuration by max-abs difference
@@ -37,7 +37,7 @@ from onnx import TensorProto, helper, numpy_helper
 from skl2onnx import convert_sklearn
 from skl2onnx.common.data_types import FloatTensorType
 
-from service.learning.build_models.predictor_fit import QuantileModels
+from service.learning.build_models.predictor_fit import CONSOLIDATED, QuantileModels
 from service.learning.build_models.support import TOLERANCE, TrainingSupport
 
 OPSET = {"": 17, "ai.onnx.ml": 3}
@@ -106,12 +106,30 @@ def predictor_onnx(
         inits += i
         outs.append(out)
     if models.shape is not None:  # the log shape factor, added to every quantile
-        n, i, term = _prefixed(_convert(models.shape, n_features, "gavel_shape"), "shape")
+        n, i, raw = _prefixed(_convert(models.shape, n_features, "gavel_shape"), "shape")
         nodes += n
         inits += i
+        inits += [
+            numpy_helper.from_array(np.array([CONSOLIDATED], dtype=np.int64), "shape_col"),
+            numpy_helper.from_array(np.array([CONSOLIDATED + 1], dtype=np.int64), "shape_col_end"),
+            numpy_helper.from_array(np.array([1], dtype=np.int64), "shape_axis"),
+            numpy_helper.from_array(np.array([1.0], dtype=np.float32), "shape_one"),
+        ]
+        nodes += [  # term = shape(x) * (1 - consolidated): one-server rows get none
+            helper.make_node(
+                "Slice",
+                [INPUT, "shape_col", "shape_col_end", "shape_axis"],
+                ["shape_cons"],
+                name="shape_slice",
+            ),
+            helper.make_node("Sub", ["shape_one", "shape_cons"], ["shape_gate"], name="shape_gate"),
+            helper.make_node("Mul", [raw, "shape_gate"], ["shape_term"], name="shape_term"),
+        ]
         for k, tag in enumerate(("q10", "q50", "q90")):
             nodes.append(
-                helper.make_node("Add", [outs[k], term], [f"{tag}_shaped"], name=f"shape_{tag}")
+                helper.make_node(
+                    "Add", [outs[k], "shape_term"], [f"{tag}_shaped"], name=f"shape_{tag}"
+                )
             )
             outs[k] = f"{tag}_shaped"
     inits.append(numpy_helper.from_array(np.array([models.offset], dtype=np.float32), "offset"))

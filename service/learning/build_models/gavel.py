@@ -69,6 +69,9 @@ class GavelTable:
         features: float32, shape ``(n, N_PREDICTOR_FEATURES)``.
         log_shape_factor: log of each row's gang-shape factor (0 for one server)
             when the rows come from `shape_rows.with_shape_rows`, else None.
+        per_node, localities: each row's GPUs per server and localities spanned
+            (`shape_rows` rows only, else None), for tests that rebuild the row
+            from a contract request.
     """
 
     job_type: NDArray[np.str_]
@@ -80,6 +83,8 @@ class GavelTable:
     throughput_physical: NDArray[np.float64]
     features: NDArray[np.float32]
     log_shape_factor: NDArray[np.float64] | None = None
+    per_node: tuple[tuple[int, ...], ...] | None = None
+    localities: tuple[int, ...] | None = None
 
     def __len__(self) -> int:
         return len(self.throughput)

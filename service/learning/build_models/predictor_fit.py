@@ -41,6 +41,10 @@ from sklearn.ensemble import GradientBoostingRegressor
 
 from service.learning.build_models.gavel import GavelTable, fastest_single_gpu_class
 from service.learning.build_models.support import TrainingSupport, fit_support
+from service.policies.predictor_features import PREDICTOR_FEATURE_NAMES
+
+CONSOLIDATED = PREDICTOR_FEATURE_NAMES.index("consolidated")
+"""The one-server column: the shape term is gated by ``1 - x[:, CONSOLIDATED]``."""
 
 
 def tree_params(
@@ -93,7 +97,8 @@ class QuantileModels:
             np.asarray(m.predict(x), dtype=np.float64) for m in (self.lo, self.mid, self.hi)
         )
         if self.shape is not None:
-            term = np.asarray(self.shape.predict(x), dtype=np.float64)
+            spread = 1.0 - x[:, CONSOLIDATED].astype(np.float64)
+            term = np.asarray(self.shape.predict(x), dtype=np.float64) * spread
             lo, mid, hi = lo + term, mid + term, hi + term
         return np.stack([np.minimum(lo, mid), mid, np.maximum(hi, mid)], axis=1)
 
@@ -137,7 +142,10 @@ def fit_models(
     quantile trees learn ``y - log_shape``: the shape term is a deterministic
     multiplier of the data model, and quantile-loss trees fitted to the
     product left errors (~7% at the 90th percentile in sample) larger than
-    the 2-6% differences between shapes they had to order.
+    the 2-6% differences between shapes they had to order. The shape term is
+    fitted on multi-server rows and applied only to them (times ``1 -
+    consolidated``), so a one-server row's prediction is the quantile trees'
+    alone, as before shape rows existed.
     """
     target = y if log_shape is None else y - log_shape
 
@@ -149,9 +157,10 @@ def fit_models(
 
     shape = None
     if log_shape is not None:
+        spread = x[:, CONSOLIDATED] < 0.5
         shape = GradientBoostingRegressor(
             loss="squared_error", random_state=config.seed, **config.shape
-        ).fit(x, log_shape)
+        ).fit(x[spread], log_shape[spread])
     return QuantileModels(
         fit(0.1, config.bounds), fit(0.5, config.median), fit(0.9, config.bounds), shape=shape
     )

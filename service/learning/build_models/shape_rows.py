@@ -93,7 +93,7 @@ def with_shape_rows(table: GavelTable, factor: ShapeFactor | None = None) -> Gav
     localities: list[int] = []
     for i in np.flatnonzero(keep):
         g, job = int(table.scale[i]), str(table.job_type[i])
-        rows = [((g,), 1, 1.0)]
+        rows: list[tuple[tuple[int, ...], int, float]] = [((g,), 1, 1.0)]
         if g > 1:
             measured = spread.get((job, str(table.hardware[i]), g), 0.0)
             ones = factor(job, (1,) * g, 1)
@@ -123,4 +123,6 @@ def with_shape_rows(table: GavelTable, factor: ShapeFactor | None = None) -> Gav
             parsed, [KNOWN_HARDWARE[h] for h in hw], scale, cons, per_node, localities
         ),
         log_shape_factor=np.log(np.array(factors, dtype=np.float64)),
+        per_node=tuple(per_node),
+        localities=tuple(localities),
     )
