@@ -67,12 +67,15 @@ def _convert(model: Any, n_features: int, name: str, output: str | None = None) 
 
 
 def _prefixed(
-    model: onnx.ModelProto, tag: str
+    model: onnx.ModelProto, tag: str, source: str = INPUT
 ) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto], str]:
-    """Nodes and initializers of `model` with every name but the shared input prefixed."""
+    """Nodes and initializers of `model` with every name but the shared input prefixed;
+    the input itself is read from `source`."""
 
     def rename(name: str) -> str:
-        return name if name in ("", INPUT) else f"{tag}_{name}"
+        if name == INPUT:
+            return source
+        return name if name == "" else f"{tag}_{name}"
 
     nodes = []
     for node in model.graph.node:
@@ -100,8 +103,15 @@ def predictor_onnx(
     nodes: list[onnx.NodeProto] = []
     inits: list[onnx.TensorProto] = []
     outs = []
+    source = INPUT
+    if models.mask is not None:  # the quantile trees see the masked columns only
+        inits.append(numpy_helper.from_array(models.mask.astype(np.float32), "quantile_mask"))
+        nodes.append(
+            helper.make_node("Mul", [INPUT, "quantile_mask"], ["masked"], name="quantile_mask")
+        )
+        source = "masked"
     for tag, m in (("q10", models.lo), ("q50", models.mid), ("q90", models.hi)):
-        n, i, out = _prefixed(_convert(m, n_features, f"gavel_{tag}"), tag)
+        n, i, out = _prefixed(_convert(m, n_features, f"gavel_{tag}"), tag, source)
         nodes += n
         inits += i
         outs.append(out)

@@ -44,6 +44,8 @@ from service.learning.build_models.support import TrainingSupport, fit_support
 from service.policies.predictor_features import PREDICTOR_FEATURE_NAMES
 
 CONSOLIDATED = PREDICTOR_FEATURE_NAMES.index("consolidated")
+CONFIG_COLUMNS = PREDICTOR_FEATURE_NAMES.index("log2_accelerators") + 1
+"""Columns 0-12 name a configuration (job, capabilities, GPUs); the rest is its placement."""
 """The one-server column: the shape term is gated by ``1 - x[:, CONSOLIDATED]``."""
 
 
@@ -90,11 +92,14 @@ class QuantileModels:
     support: TrainingSupport | None = None
     shape: GradientBoostingRegressor | None = None
     """Log gang-shape factor model, added to all three quantiles (None: no shape term)."""
+    mask: NDArray[np.float32] | None = None
+    """Multiplies the rows the quantile trees see (0 hides a column); None: all visible."""
 
     def raw_log(self, x: NDArray[np.float32]) -> NDArray[np.float64]:
         """Ordered log quantiles ``(n, 3)`` before the conformal offset."""
+        xq = x if self.mask is None else x * self.mask
         lo, mid, hi = (
-            np.asarray(m.predict(x), dtype=np.float64) for m in (self.lo, self.mid, self.hi)
+            np.asarray(m.predict(xq), dtype=np.float64) for m in (self.lo, self.mid, self.hi)
         )
         if self.shape is not None:
             spread = 1.0 - x[:, CONSOLIDATED].astype(np.float64)
@@ -145,15 +150,26 @@ def fit_models(
     the 2-6% differences between shapes they had to order. The shape term is
     fitted on multi-server rows and applied only to them (times ``1 -
     consolidated``), so a one-server row's prediction is the quantile trees'
-    alone, as before shape rows existed.
+    alone, as before shape rows existed. The quantile trees then see only the
+    configuration columns (0-12; the rest is multiplied by `mask` = 0) and are
+    fitted on the one-server rows: a shape row repeats its configuration's
+    consolidated target, so fitting it too would only weigh 8-GPU
+    configurations (43 rows each) above 1-GPU ones (1 row) and blur the gaps
+    between classes that pick the fastest one.
     """
-    target = y if log_shape is None else y - log_shape
+    mask = None
+    xq, target = x, y
+    if log_shape is not None:  # trees see the configuration only; one row per configuration
+        mask = np.ones(x.shape[1], dtype=np.float32)
+        mask[CONFIG_COLUMNS:] = 0.0
+        one = x[:, CONSOLIDATED] >= 0.5
+        xq, target = x[one] * mask, y[one] - log_shape[one]
 
     def fit(alpha: float, params: dict[str, Any]) -> GradientBoostingRegressor:
         model = GradientBoostingRegressor(
             loss="quantile", alpha=alpha, random_state=config.seed, **params
         )
-        return model.fit(x, target)
+        return model.fit(xq, target)
 
     shape = None
     if log_shape is not None:
@@ -162,7 +178,11 @@ def fit_models(
             loss="squared_error", random_state=config.seed, **config.shape
         ).fit(x[spread], log_shape[spread])
     return QuantileModels(
-        fit(0.1, config.bounds), fit(0.5, config.median), fit(0.9, config.bounds), shape=shape
+        fit(0.1, config.bounds),
+        fit(0.5, config.median),
+        fit(0.9, config.bounds),
+        shape=shape,
+        mask=mask,
     )
 
 
