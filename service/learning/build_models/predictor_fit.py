@@ -69,7 +69,7 @@ def tree_params(
 class PredictorConfig:
     """Hyper-parameters; the median model is deeper so it resolves 5% gaps between classes."""
 
-    median: dict[str, Any] = field(default_factory=lambda: tree_params(300, 6, 0.2, 1))
+    median: dict[str, Any] = field(default_factory=lambda: tree_params(300, 8, 0.2, 1))
     bounds: dict[str, Any] = field(default_factory=lambda: tree_params(200, 3, 0.1, 3))
     shape: dict[str, Any] = field(default_factory=lambda: tree_params(500, 8, 0.2, 1))
     coverage: float = 0.8
