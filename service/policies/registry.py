@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from service.checks.drift_reference import with_model_families
+from service.checks.drift import with_model_families
 from service.contract import DEFAULT_FEATURES, N_FEATURES, FeatureFunction
 from service.policies.base import Policy, ScoringBatch
 from service.policies.baselines import builtin_baselines
