@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +39,6 @@ def sources(policies_dir: Path) -> dict[str, TrainingInputs]:
     """Per ONNX policy, its training requests (read from each manifest's ``build`` block)."""
     import yaml
 
-    from service.learning.build_models.scorer_fit import synthetic_batch
-
     out: dict[str, TrainingInputs] = {}
     cache: dict[str, TrainingInputs] = {}  # policies trained on the same logs share them
     for path in sorted(policies_dir.glob("*/policy.yaml")):
@@ -50,54 +47,37 @@ def sources(policies_dir: Path) -> dict[str, TrainingInputs]:
             continue
         build = m.get("build") or {}
         name = m["name"]
-        arrival_groups: Callable[[], Any] | None
-        if build.get("command") == "understudy train":
-            st = build["settings"]
-            seed, n_ep = int(st["seed"]), int(st["episodes"])
-            jobs = st.get("jobs_per_episode")
-            source = (
-                f"every request (forced defers included) of simulated scenario `train`,"
-                f" seed {seed},"
-                f" episodes 0-{n_ep - 1} — the episodes `understudy train` logged to fit it"
-            )
-            gen = {"data": "simulated", "scenario": "train", "seed": seed, "episodes": n_ep}
-            if jobs is not None:
-                gen["jobs_per_episode"] = jobs
+        st = build.get("settings") or {}
+        if "episodes" not in st:
+            continue  # not fitted on simulated episodes: no inputs to rebuild its summary from
+        seed, n_ep = int(st["seed"]), int(st["episodes"])
+        jobs = st.get("jobs_per_episode")
+        source = (
+            f"every request (forced defers included) of simulated scenario `train`,"
+            f" seed {seed},"
+            f" episodes 0-{n_ep - 1} — the episodes it was fitted on"
+        )
+        gen = {"data": "simulated", "scenario": "train", "seed": seed, "episodes": n_ep}
+        if jobs is not None:
+            gen["jobs_per_episode"] = jobs
 
-            def groups_of(seed: int = seed, n_ep: int = n_ep, jobs: Any = jobs) -> Any:
-                return simulated_episodes("train", seed, range(n_ep), jobs)
+        def groups_of(seed: int = seed, n_ep: int = n_ep, jobs: Any = jobs) -> Any:
+            return simulated_episodes("train", seed, range(n_ep), jobs)
 
-            def arrival_of(seed: int = seed, n_ep: int = n_ep, jobs: Any = jobs) -> Any:
-                episodes = range(n_ep, n_ep + ARRIVAL_EPISODES)  # never trained on
-                return simulated_episodes("train", seed, episodes, jobs)
+        def arrival_of(seed: int = seed, n_ep: int = n_ep, jobs: Any = jobs) -> Any:
+            episodes = range(n_ep, n_ep + ARRIVAL_EPISODES)  # never trained on
+            return simulated_episodes("train", seed, episodes, jobs)
 
-            arrival_groups = arrival_of
-
-            gen["arrival_episodes"] = f"{n_ep}-{n_ep + ARRIVAL_EPISODES - 1}"
-
-        elif build.get("command") == "python -m service.learning.build_models":
-            seed = int(build["seed"])
-
-            def groups_of(seed: int = seed, n_ep: int = 0, jobs: Any = None) -> Any:
-                requests = list(synthetic_batch(seed, 600).requests)
-                return [(requests[i : i + 8], {}) for i in range(0, len(requests), 8)]  # a cluster
-
-            source = f"synthetic requests (service.policies.synthetic, seed {seed}), 600 requests"
-            arrival_groups = None  # request_time is the request's index: no arrival process
-            gen = {"data": "synthetic", "seed": seed, "requests": 600, "group": 8}
-        else:
-            continue
+        gen["arrival_episodes"] = f"{n_ep}-{n_ep + ARRIVAL_EPISODES - 1}"
         key = json.dumps(gen, sort_keys=True)
         if key not in cache:
             trained = groups_of()
             x, offsets, starts, cats = featurise([g for g, _ in trained])
-            times = a_starts = held_out = None
-            if arrival_groups is not None:
-                held_out = arrival_groups()
-                a_groups = [g for g, _ in held_out]
-                times = request_times(a_groups)
-                sizes = [len(g) for g in a_groups]
-                a_starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+            held_out = arrival_of()
+            a_groups = [g for g, _ in held_out]
+            times = request_times(a_groups)
+            sizes = [len(g) for g in a_groups]
+            a_starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
             cache[key] = TrainingInputs(
                 source,
                 x,
@@ -107,7 +87,7 @@ def sources(policies_dir: Path) -> dict[str, TrainingInputs]:
                 gen,
                 times,
                 a_starts,
-                trained_episodes=trained if held_out is not None else None,
+                trained_episodes=trained,
                 held_out_episodes=held_out,
             )
         out[name] = cache[key]

@@ -4,8 +4,8 @@ Steps: read the Gavel table and add its gang-shape rows (`shape_rows`: the
 measured placement table's ratios on Gavel's consolidated rates); evaluate
 the predictor on held-out scales and leave-one-family-out; fit it on all rows
 with its conformal offset and training support; export it;
-make synthetic requests and fit the scoring MLP on a target derived from the
-predictor; export it; write both manifests (sha256, feature hashes, training
+take the simulator's training traffic and fit the scoring MLP on a target
+derived from the predictor; export it; write both manifests (sha256, feature hashes, training
 summary, figures); then load the output folder through the service's own
 registry — sha256, shapes, `check_policy` — and record how far ONNX outputs
 are from the in-memory models'. Seeded and single-threaded (BLAS included), so
@@ -144,7 +144,8 @@ def _scorer_manifest(
     summary = summarise(
         train.features,
         FEATURE_NAMES,
-        f"synthetic requests (service.policies.synthetic, seed {build_info['seed']}),"
+        f"every request of simulated scenario `{scorer_fit.TRAINING_SCENARIO}`, seed"
+        f" {build_info['seed']}, episodes 0-{scorer_fit.TRAINING_EPISODES - 1}:"
         f" {len(requests)} requests",
         hardware=tuple(sorted({h.name for r in requests for h in r.state.hardware})),
         kinds=tuple(sorted({str(r.workload.kind) for r in requests})),
@@ -157,7 +158,7 @@ def _scorer_manifest(
         out,
         description="Demonstration scorer: StandardScaler + MLP (32, 16) over contract"
         " features, distilled from the Gavel predictor's log median throughput minus"
-        " load penalties on synthetic requests; softmax over feasible options",
+        " load penalties on the simulator's training traffic; softmax over feasible options",
         feature_version=DEFAULT_FEATURES.version,
         feature_hash=DEFAULT_FEATURES.definition_hash,
         inputs=(TensorSpec(export.INPUT, "float32", ("N", N_FEATURES)),),
@@ -166,7 +167,16 @@ def _scorer_manifest(
         predictor=PREDICTOR_NAME,
         training_data=summary,
         evaluation={"target": scorer_fit.TARGET_FORMULA, **figures},
-        build={**build_info, "hidden_layers": [32, 16]},
+        build={
+            **build_info,
+            "hidden_layers": [32, 16],
+            # read by service.learning.training_summaries, as `understudy train`'s settings
+            "settings": {
+                "scenario": scorer_fit.TRAINING_SCENARIO,
+                "seed": build_info["seed"],
+                "episodes": scorer_fit.TRAINING_EPISODES,
+            },
+        },
     )
 
 
@@ -213,9 +223,9 @@ def build(out: Path, seed: int, console: Console) -> dict[str, Any]:
         _write(predictor)
         progress.update(t, completed=1)
 
-        t = step("synthetic requests, distillation target, fit scoring MLP")
-        train = scorer_fit.synthetic_batch(seed, 600)
-        held = scorer_fit.synthetic_batch(seed + 1, 200)
+        t = step("simulated training traffic, distillation target, fit scoring MLP")
+        train = scorer_fit.simulated_batch(seed, range(scorer_fit.TRAINING_EPISODES))
+        held = scorer_fit.simulated_batch(seed + 1, range(scorer_fit.HELD_OUT_EPISODES))
         pipeline = scorer_fit.fit_scorer(train, scorer_fit.target(train, models), seed)
         scorer_figures = scorer_fit.evaluate_scorer(pipeline, held, scorer_fit.target(held, models))
         progress.update(t, completed=1)
