@@ -41,9 +41,9 @@ _PAI_CLASS = {"P100": "P100", "T4": "T4", "V100": "V100", "V100M32": "V100-32GB"
 # Vaswani et al. 2017; CycleGAN's two generators and two discriminators 28M,
 # Zhu et al. 2017; A3C's Atari network 1.1M, Mnih et al. 2016) and assumptions
 # for the two whose size depends on a vocabulary (LM: 30M, Recommendation: 20M).
-# They are the figures the synthetic requests `gavel-scorer` was trained on use
-# (`service.policies.synthetic`, test_samples checks they agree), so the
-# simulator's `model_size_b` is in that policy's training support. The memory
+# They are the figures the synthetic requests of `service.policies.synthetic`
+# use too (tests/environment/test_env_request_content.py checks they agree),
+# so tests' random clusters and the simulator describe the same models. The memory
 # column is an assumption, not data: the traces say nothing about memory.
 _FAMILY_ASSUMPTIONS = {
     "ResNet-50": (0.0256, 10.0),

@@ -349,9 +349,7 @@ class World:
             out: NDArray[np.float64] = self.scenario.slo_factor * steps / best
         return out
 
-    def workload(
-        self, jobs: EpisodeJobs, j: int, workload_id: str, gang_size: int = 1
-    ) -> Workload:
+    def workload(self, jobs: EpisodeJobs, j: int, workload_id: str, gang_size: int = 1) -> Workload:
         """The contract `Workload` of job `j`.
 
         ``model_family`` is the Gavel job type (model and batch size);

@@ -242,14 +242,12 @@ def test_shipped_summaries_load_with_the_running_feature_function() -> None:
         assert s.feature_hash == DEFAULT_FEATURES.definition_hash
         assert s.reference.names == FEATURE_NAMES
         assert {r.window_requests for r in s.rules} >= {250, 4000}
-        timed = name != "gavel-scorer"  # synthetic request times are indices: no arrivals
-        for r in s.rules:
-            assert (r.arrival_center is not None) == timed
-            assert (r.arrival_threshold is not None) == timed
-        if timed:  # the window statistic's noise shrinks as windows grow
-            bands = [r.arrival_threshold for r in sorted(s.rules, key=lambda r: r.window_requests)]
-            assert all(b is not None and b > 0 for b in bands)
-            assert bands == sorted(bands, reverse=True), bands
+        for r in s.rules:  # every one trained on simulated episodes: an arrival process
+            assert r.arrival_center is not None and r.arrival_threshold is not None
+        # the window statistic's noise shrinks as windows grow
+        bands = [r.arrival_threshold for r in sorted(s.rules, key=lambda r: r.window_requests)]
+        assert all(b is not None and b > 0 for b in bands)
+        assert bands == sorted(bands, reverse=True), bands
     for baseline in ("gavel-throughput", "learned-outcome"):  # predictors: no summary
         assert load_summary(POLICIES_DIR / baseline) is None
 
@@ -268,37 +266,32 @@ def test_a_summary_for_another_feature_definition_is_refused(tmp_path: Path) -> 
         load_summary(folder)
 
 
-def test_shipped_gavel_summary_is_what_the_generator_computes(tmp_path: Path) -> None:
-    """The reference part recomputed from the scorer's training requests equals the file."""
-    from service.learning.build_models.scorer_fit import synthetic_batch
+def test_shipped_scorer_summaries_are_what_the_generator_computes(tmp_path: Path) -> None:
+    """The reference part recomputed from the scorers' training episodes equals the files
+    (`gavel-scorer` and `iwr-scorer` were fitted on the same episodes: one reference)."""
+    from service.environment import simulated_episodes
 
-    requests = list(synthetic_batch(0, 600).requests)
-    x, offsets, starts, cats = featurise([requests[i : i + 8] for i in range(0, 600, 8)])
-    shipped = load_summary(POLICIES_DIR / "gavel-scorer")
-    assert shipped is not None
-    mine = summarise(
-        "gavel-scorer",
-        TrainingInputs("s", x, offsets, starts, cats, {}),
-        window_sizes=(250,),
-        n_windows=50,
-    )
-    a, b = mine.reference, shipped.reference
-    assert a.n_rows == b.n_rows == 14400 and a.hardware_classes == b.hardware_classes
-    for f in range(a.n_features):
-        assert np.array_equal(a.edges[f], b.edges[f]) and np.allclose(
-            a.proportions[f], b.proportions[f]
-        )
-        assert np.array_equal(a.grid[f], b.grid[f])
-    again = summarise(
-        "gavel-scorer",
-        TrainingInputs("s", x, offsets, starts, cats, {}),
-        window_sizes=(250,),
-        n_windows=50,
-    )
+    trained = simulated_episodes("train", 0, range(120))
+    x, offsets, starts, cats = featurise([g for g, _ in trained])
+    inputs = TrainingInputs("s", x, offsets, starts, cats, {})
+    mine = summarise("gavel-scorer", inputs, window_sizes=(250,), n_windows=50)
+    a = mine.reference
+    assert a.n_rows == len(x) and len(offsets) - 1 == sum(len(g) for g, _ in trained)
+    for name in ("gavel-scorer", "iwr-scorer"):
+        shipped = load_summary(POLICIES_DIR / name)
+        assert shipped is not None
+        b = shipped.reference
+        assert a.n_rows == b.n_rows and a.hardware_classes == b.hardware_classes, name
+        for f in range(a.n_features):
+            assert np.array_equal(a.edges[f], b.edges[f]) and np.allclose(
+                a.proportions[f], b.proportions[f]
+            )
+            assert np.array_equal(a.grid[f], b.grid[f])
+    again = summarise("gavel-scorer", inputs, window_sizes=(250,), n_windows=50)
     p1, p2 = write_summary(mine, tmp_path), (tmp_path / "again")
     p2.mkdir()
     assert p1.read_bytes() == write_summary(again, p2).read_bytes()  # seeded: same bytes
-    assert request_categories(requests[0])[1] == "train"
+    assert request_categories(trained[0][0][0])[1] == "train"
 
 
 def test_requests_a_policy_did_not_decide_on_count_no_decision() -> None:

@@ -3,27 +3,18 @@ policy's drift support.
 
 "Training-condition traffic from the simulator flags <= 5% of drift windows for
 every shipped policy." Every policy with a committed ``training_summary.json``
-is covered (discovered, so a new policy cannot be left out), each under the
-conditions its summary says it was trained on (``generator.data``):
+is covered (discovered, so a new policy cannot be left out), under the
+conditions its summary says it was trained on (``generator``).
 
-- ``simulated`` (`iwr-scorer`, `lcb-planner`: `understudy train` on scenario
-  ``train``, seed 0): one stream of the same scenario under seed 1 (episodes
-  never trained on), every request with its ``request_time``, featurised once
-  per chunk and fed to every such policy's drift window at the service's
-  default size — the input checks the live drift monitor runs (features,
-  novelty, arrivals). Their summaries must be rebuilt with the simulator they
-  are judged on (``python -m service.learning.training_summaries``): a summary
-  of the simulator before issue 23 (model size 0, host always free) has every
-  row of today's traffic out of support.
-- ``synthetic`` (`gavel-scorer`: `service.learning.build_models` on the
-  synthetic requests of seed 0): fresh synthetic batches of other seeds.
-  Its windows on the *simulator's* traffic are recorded as an expected
-  failure (strict): it was fitted on synthetic clusters with no share
-  requests, per-server queues and host use drawn uniformly, none of which the
-  simulator's requests look like (docs/drift.md "Limits"); the simulator
-  sending a model size and varying host use (issue 23) removed two of the
-  causes, not the rest. Should it be refitted on simulated requests, the
-  strict marker fails and must go.
+Every shipped policy is trained on simulated episodes (`understudy train`, and
+`gavel-scorer` since issue 23: ``service.learning.build_models`` on the same
+episodes; until then it was fitted on random synthetic clusters and flagged
+every window of the simulator's traffic). The test runs one stream of scenario
+``train`` under seed 1 (episodes never trained on), every request with its
+``request_time``, featurised once per chunk and fed to every policy's drift
+window at the service's default size — the input checks the live drift
+monitor runs (features, novelty, arrivals). The summaries must be rebuilt with
+the simulator they are judged on (``python -m service.learning.training_summaries``).
 
 Slow (the simulated stream is 400,000 requests): ``pytest -m slow``.
 """
@@ -38,10 +29,8 @@ import pytest
 from service.checks.drift import (
     WindowAccumulator,
     WindowDrift,
-    request_categories,
     select_rule,
 )
-from service.learning.build_models.scorer_fit import synthetic_batch
 from service.policies.training_summary import SUMMARY_FILE, TrainingReference
 from service.settings import Settings
 from tests.checks.drift_fixtures import POLICIES_DIR, shipped_summary, stream
@@ -50,7 +39,6 @@ WINDOW = Settings.model_fields["drift_window_requests"].default
 SIMULATED_WINDOWS = 100
 """Windows of the simulated stream per policy: at a true 5%, 5 or fewer of 100 flag
 with probability 0.62; at the calibrated 2% (features and arrivals, 1% each) 0.98."""
-SYNTHETIC_WINDOWS = 100
 BOUND = 0.05
 
 
@@ -94,7 +82,7 @@ def _rate(ws: list[WindowDrift]) -> float:
 def test_every_shipped_summary_is_covered_by_a_training_condition() -> None:
     names = {p.parent.name for p in _summary_files()}
     assert names, "no shipped training summary"
-    assert set(by_data("simulated")) | set(by_data("synthetic")) == names
+    assert set(by_data("simulated")) == names
 
 
 @pytest.mark.slow
@@ -112,42 +100,3 @@ def test_simulated_training_traffic_is_rarely_flagged_for_simulator_trained_poli
         # training support: under 1% of rows outside the training range
         assert sum(w.out_of_support_rows for w in ws) <= 0.01 * sum(w.n_rows for w in ws)
         assert rate <= BOUND, p
-
-
-def _synthetic_windows(policy: str, n_windows: int) -> list[WindowDrift]:
-    """`n_windows` windows of fresh synthetic requests (seeds 1, 2, ... never trained on)."""
-    s = shipped_summary(policy)
-    rule = min(s.rules, key=lambda r: r.window_requests)
-    acc = WindowAccumulator(s.reference, rule, rule.window_requests)
-    out: list[WindowDrift] = []
-    seed = 1
-    while len(out) < n_windows:
-        batch = synthetic_batch(seed, rule.window_requests)
-        cats = [request_categories(r) for r in batch.requests]
-        out += acc.feed(batch.features, batch.offsets, cats)
-        seed += 1
-    return out[:n_windows]
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1800)
-def test_synthetic_training_traffic_is_rarely_flagged_for_synthetic_trained_policies() -> None:
-    for p in by_data("synthetic"):
-        ws = _synthetic_windows(p, SYNTHETIC_WINDOWS)
-        print(f"\n{p}: {sum(w.flagged for w in ws)}/{len(ws)} fresh synthetic windows flagged")
-        assert not any(w.unseen_hardware or w.unseen_kinds or w.unseen_families for w in ws)
-        assert _rate(ws) <= BOUND, p
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1800)
-@pytest.mark.xfail(
-    strict=True,
-    reason="gavel-scorer is fitted on synthetic clusters (no share requests, random queues"
-    " and host use): the simulator's traffic is outside its support until it is refitted"
-    " on simulated requests (docs/drift.md, Limits)",
-)
-def test_simulated_training_traffic_for_synthetic_trained_policies() -> None:
-    policies = by_data("synthetic")
-    windows = simulated_windows(policies, n_windows=20)
-    assert all(_rate(ws) <= BOUND for ws in windows.values())

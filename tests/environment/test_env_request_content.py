@@ -3,7 +3,7 @@
 Before: every request sent ``model_size_b = 0`` (below the smallest size any
 shipped policy was trained on) and host CPU and memory always wholly free,
 so ``cpu_free_fraction`` was 1 on every row — both outside `gavel-scorer`'s
-training range on every request.
+training range (then synthetic clusters) on every request.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from service.policies import synthetic
 
 
 def test_family_sizes_are_the_synthetic_training_sizes() -> None:
-    # gavel-scorer was fitted on service.policies.synthetic's sizes: the simulator's
-    # must be the same documented figures, or its traffic is out of that policy's support
+    # one documented size per family: the synthetic requests tests use and the
+    # simulator (which every shipped policy is trained on) describe the same models
     assert {f: v[0] for f, v in _FAMILY_ASSUMPTIONS.items()} == synthetic._SIZE_B
     assert family_model_size_b("ResNet-50 (batch size 64)") == synthetic._SIZE_B["ResNet-50"]
 

@@ -58,12 +58,7 @@ def logged() -> LoggedRows:
     placement = [[0.0, rng.uniform(0, 1), rng.uniform(0, 1), 5.0] for _ in configs]
     x = _rows(configs, placement)
     base = {"Recommendation": 2.03, "ResNet-50": 1.0, "LM": 0.4}
-    y = np.array(
-        [
-            base[j.split(" (")[0]] + (0.3 if h == "K80" else 0.0)
-            for j, h, _ in configs
-        ]
-    )
+    y = np.array([base[j.split(" (")[0]] + (0.3 if h == "K80" else 0.0) for j, h, _ in configs])
     n = len(configs)
     return LoggedRows(
         scenario="synthetic",

@@ -198,6 +198,11 @@ kernels instead of AVX-512, the figures moved by at most 0.0023 (r2), 0.03
 """
 
 
+def unseen_requests() -> ScoringBatch:
+    """Requests neither build saw: scenario ``train`` under seed 1234 (builds use 0 and 1)."""
+    return scorer_fit.simulated_batch(1234, range(3))
+
+
 def _unlike(alike: dict[str, float]) -> list[str]:
     """Which bounds of the build test's docstring two scorers' agreement breaks."""
     bounds = [
@@ -243,7 +248,7 @@ def test_build_reproduces_the_committed_artifacts(
     came out byte-identical with every BLAS kernel tried. Scorer (an MLP
     trained with Adam on BLAS products): rounding differs by kernel and grows
     over training, so it is held to the same ranking, not the same numbers —
-    on 300 requests neither build saw, scores correlate >= 0.98 (measured
+    on ~360 simulated requests neither build saw, scores correlate >= 0.98 (measured
     >= 0.9936 across AVX-512/AVX2/AVX kernels), differ on average by <= 0.15
     committed standard deviations (measured <= 0.083), and pick the same best
     feasible option for >= 80% of requests (measured >= 89%).
@@ -268,7 +273,7 @@ def test_build_reproduces_the_committed_artifacts(
     )
     assert scorer_problems == []
 
-    unseen = scorer_fit.synthetic_batch(1234, 300)  # the build trains on seed 0, measures on 1
+    unseen = unseen_requests()  # the build trains on seed 0, measures on 1
     rows = np.concatenate([table.features, PREDICTOR_FEATURES(unseen.requests)])
     predictors = [r.predictors["gavel-throughput"] for r in (built, committed)]
     assert all(isinstance(p, OnnxPredictor) for p in predictors)
@@ -286,7 +291,7 @@ def test_build_reproduces_the_committed_artifacts(
 
 def test_the_behaviour_bounds_tell_another_scorer_apart(registry: Registry) -> None:
     """The bounds are not vacuous: the committed IWR scorer, on the same rows, breaks all three."""
-    unseen = scorer_fit.synthetic_batch(1234, 300)
+    unseen = unseen_requests()
     other, gavel = registry.policies["iwr-scorer"], registry.policies["gavel-scorer"]
     assert isinstance(other, OnnxPolicy) and isinstance(gavel, OnnxPolicy)
     alike = scorer_agreement(other.scores(unseen.features), gavel.scores(unseen.features), unseen)
