@@ -22,28 +22,39 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from service.wire.understudy.v1 import batch_pb2 as understudy_dot_v1_dot_batch__pb2
 from service.wire.understudy.v1 import contract_pb2 as understudy_dot_v1_dot_contract__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aunderstudy/v1/shadow.proto\x12\runderstudy.v1\x1a\x1cunderstudy/v1/contract.proto\"I\n\tMirrorAck\x12(\n\x06status\x18\x01 \x01(\x0e\x32\x18.understudy.v1.AckStatus\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"V\n\x13MirrorStreamRequest\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12-\n\x07request\x18\x02 \x01(\x0b\x32\x1c.understudy.v1.MirrorRequest\"Q\n\x14OutcomeStreamRequest\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12\'\n\x07outcome\x18\x02 \x01(\x0b\x32\x16.understudy.v1.Outcome\"\x98\x01\n\tStreamAck\x12(\n\x06status\x18\x01 \x01(\x0e\x32\x18.understudy.v1.AckStatus\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x03 \x01(\x04\x12\x0c\n\x04shed\x18\x04 \x01(\x04\x12\x10\n\x08rejected\x18\x05 \x01(\x04\x12\r\n\x05\x66ield\x18\x06 \x01(\t\x12\x0e\n\x06reason\x18\x07 \x01(\t\"J\n\nOutcomeAck\x12(\n\x06status\x18\x01 \x01(\x0e\x32\x18.understudy.v1.AckStatus\x12\x12\n\nrequest_id\x18\x02 \x01(\t*\x90\x01\n\tAckStatus\x12\x1a\n\x16\x41\x43K_STATUS_UNSPECIFIED\x10\x00\x12\x17\n\x13\x41\x43K_STATUS_ACCEPTED\x10\x01\x12\x13\n\x0f\x41\x43K_STATUS_SHED\x10\x02\x12\x17\n\x13\x41\x43K_STATUS_REJECTED\x10\x03\x12 \n\x1c\x41\x43K_STATUS_REPEATED_SEQUENCE\x10\x04\x32\xc4\x02\n\x10ShadowEvaluation\x12@\n\x06Mirror\x12\x1c.understudy.v1.MirrorRequest\x1a\x18.understudy.v1.MirrorAck\x12P\n\x0cMirrorStream\x12\".understudy.v1.MirrorStreamRequest\x1a\x18.understudy.v1.StreamAck(\x01\x30\x01\x12\x42\n\rReportOutcome\x12\x16.understudy.v1.Outcome\x1a\x19.understudy.v1.OutcomeAck\x12X\n\x13ReportOutcomeStream\x12#.understudy.v1.OutcomeStreamRequest\x1a\x18.understudy.v1.StreamAck(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aunderstudy/v1/shadow.proto\x12\runderstudy.v1\x1a\x19understudy/v1/batch.proto\x1a\x1cunderstudy/v1/contract.proto\"I\n\tMirrorAck\x12(\n\x06status\x18\x01 \x01(\x0e\x32\x18.understudy.v1.AckStatus\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"V\n\x13MirrorStreamRequest\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12-\n\x07request\x18\x02 \x01(\x0b\x32\x1c.understudy.v1.MirrorRequest\"Q\n\x14OutcomeStreamRequest\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12\'\n\x07outcome\x18\x02 \x01(\x0b\x32\x16.understudy.v1.Outcome\"\x98\x01\n\tStreamAck\x12(\n\x06status\x18\x01 \x01(\x0e\x32\x18.understudy.v1.AckStatus\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x03 \x01(\x04\x12\x0c\n\x04shed\x18\x04 \x01(\x04\x12\x10\n\x08rejected\x18\x05 \x01(\x04\x12\r\n\x05\x66ield\x18\x06 \x01(\t\x12\x0e\n\x06reason\x18\x07 \x01(\t\"J\n\nOutcomeAck\x12(\n\x06status\x18\x01 \x01(\x0e\x32\x18.understudy.v1.AckStatus\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"O\n\x0e\x42\x61tchRejection\x12\r\n\x05index\x18\x01 \x01(\r\x12\r\n\x05\x66ield\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\"\xf2\x01\n\x08\x42\x61tchAck\x12(\n\x06status\x18\x01 \x01(\x0e\x32\x18.understudy.v1.AckStatus\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x03 \x01(\r\x12\x0c\n\x04shed\x18\x04 \x01(\r\x12\x10\n\x08rejected\x18\x05 \x01(\r\x12\x31\n\nrejections\x18\x06 \x03(\x0b\x32\x1d.understudy.v1.BatchRejection\x12\x17\n\x0fstream_accepted\x18\x07 \x01(\x04\x12\x13\n\x0bstream_shed\x18\x08 \x01(\x04\x12\x17\n\x0fstream_rejected\x18\t \x01(\x04\"W\n\x18MirrorBatchStreamRequest\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12)\n\x05\x62\x61tch\x18\x02 \x01(\x0b\x32\x1a.understudy.v1.MirrorBatch\"Y\n\x19OutcomeBatchStreamRequest\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12*\n\x05\x62\x61tch\x18\x02 \x01(\x0b\x32\x1b.understudy.v1.OutcomeBatch\"6\n\x0e\x42\x61tchStreamAck\x12$\n\x03\x61\x63k\x18\x01 \x01(\x0b\x32\x17.understudy.v1.BatchAck*\x90\x01\n\tAckStatus\x12\x1a\n\x16\x41\x43K_STATUS_UNSPECIFIED\x10\x00\x12\x17\n\x13\x41\x43K_STATUS_ACCEPTED\x10\x01\x12\x13\n\x0f\x41\x43K_STATUS_SHED\x10\x02\x12\x17\n\x13\x41\x43K_STATUS_REJECTED\x10\x03\x12 \n\x1c\x41\x43K_STATUS_REPEATED_SEQUENCE\x10\x04\x32\x94\x05\n\x10ShadowEvaluation\x12@\n\x06Mirror\x12\x1c.understudy.v1.MirrorRequest\x1a\x18.understudy.v1.MirrorAck\x12P\n\x0cMirrorStream\x12\".understudy.v1.MirrorStreamRequest\x1a\x18.understudy.v1.StreamAck(\x01\x30\x01\x12\x42\n\rReportOutcome\x12\x16.understudy.v1.Outcome\x1a\x19.understudy.v1.OutcomeAck\x12X\n\x13ReportOutcomeStream\x12#.understudy.v1.OutcomeStreamRequest\x1a\x18.understudy.v1.StreamAck(\x01\x30\x01\x12\x41\n\nMirrorMany\x12\x1a.understudy.v1.MirrorBatch\x1a\x17.understudy.v1.BatchAck\x12^\n\x10MirrorManyStream\x12\'.understudy.v1.MirrorBatchStreamRequest\x1a\x1d.understudy.v1.BatchStreamAck(\x01\x30\x01\x12\x46\n\x0eReportOutcomes\x12\x1b.understudy.v1.OutcomeBatch\x1a\x17.understudy.v1.BatchAck\x12\x63\n\x14ReportOutcomesStream\x12(.understudy.v1.OutcomeBatchStreamRequest\x1a\x1d.understudy.v1.BatchStreamAck(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'understudy.v1.shadow_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ACKSTATUS']._serialized_start=553
-  _globals['_ACKSTATUS']._serialized_end=697
-  _globals['_MIRRORACK']._serialized_start=75
-  _globals['_MIRRORACK']._serialized_end=148
-  _globals['_MIRRORSTREAMREQUEST']._serialized_start=150
-  _globals['_MIRRORSTREAMREQUEST']._serialized_end=236
-  _globals['_OUTCOMESTREAMREQUEST']._serialized_start=238
-  _globals['_OUTCOMESTREAMREQUEST']._serialized_end=319
-  _globals['_STREAMACK']._serialized_start=322
-  _globals['_STREAMACK']._serialized_end=474
-  _globals['_OUTCOMEACK']._serialized_start=476
-  _globals['_OUTCOMEACK']._serialized_end=550
-  _globals['_SHADOWEVALUATION']._serialized_start=700
-  _globals['_SHADOWEVALUATION']._serialized_end=1024
+  _globals['_ACKSTATUS']._serialized_start=1142
+  _globals['_ACKSTATUS']._serialized_end=1286
+  _globals['_MIRRORACK']._serialized_start=102
+  _globals['_MIRRORACK']._serialized_end=175
+  _globals['_MIRRORSTREAMREQUEST']._serialized_start=177
+  _globals['_MIRRORSTREAMREQUEST']._serialized_end=263
+  _globals['_OUTCOMESTREAMREQUEST']._serialized_start=265
+  _globals['_OUTCOMESTREAMREQUEST']._serialized_end=346
+  _globals['_STREAMACK']._serialized_start=349
+  _globals['_STREAMACK']._serialized_end=501
+  _globals['_OUTCOMEACK']._serialized_start=503
+  _globals['_OUTCOMEACK']._serialized_end=577
+  _globals['_BATCHREJECTION']._serialized_start=579
+  _globals['_BATCHREJECTION']._serialized_end=658
+  _globals['_BATCHACK']._serialized_start=661
+  _globals['_BATCHACK']._serialized_end=903
+  _globals['_MIRRORBATCHSTREAMREQUEST']._serialized_start=905
+  _globals['_MIRRORBATCHSTREAMREQUEST']._serialized_end=992
+  _globals['_OUTCOMEBATCHSTREAMREQUEST']._serialized_start=994
+  _globals['_OUTCOMEBATCHSTREAMREQUEST']._serialized_end=1083
+  _globals['_BATCHSTREAMACK']._serialized_start=1085
+  _globals['_BATCHSTREAMACK']._serialized_end=1139
+  _globals['_SHADOWEVALUATION']._serialized_start=1289
+  _globals['_SHADOWEVALUATION']._serialized_end=1949
 # @@protoc_insertion_point(module_scope)

@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from service.wire.understudy.v1 import batch_pb2 as understudy_dot_v1_dot_batch__pb2
 from service.wire.understudy.v1 import contract_pb2 as understudy_dot_v1_dot_contract__pb2
 from service.wire.understudy.v1 import shadow_pb2 as understudy_dot_v1_dot_shadow__pb2
 
@@ -55,6 +56,26 @@ class ShadowEvaluationStub:
                 request_serializer=understudy_dot_v1_dot_shadow__pb2.OutcomeStreamRequest.SerializeToString,
                 response_deserializer=understudy_dot_v1_dot_shadow__pb2.StreamAck.FromString,
                 _registered_method=True)
+        self.MirrorMany = channel.unary_unary(
+                '/understudy.v1.ShadowEvaluation/MirrorMany',
+                request_serializer=understudy_dot_v1_dot_batch__pb2.MirrorBatch.SerializeToString,
+                response_deserializer=understudy_dot_v1_dot_shadow__pb2.BatchAck.FromString,
+                _registered_method=True)
+        self.MirrorManyStream = channel.stream_stream(
+                '/understudy.v1.ShadowEvaluation/MirrorManyStream',
+                request_serializer=understudy_dot_v1_dot_shadow__pb2.MirrorBatchStreamRequest.SerializeToString,
+                response_deserializer=understudy_dot_v1_dot_shadow__pb2.BatchStreamAck.FromString,
+                _registered_method=True)
+        self.ReportOutcomes = channel.unary_unary(
+                '/understudy.v1.ShadowEvaluation/ReportOutcomes',
+                request_serializer=understudy_dot_v1_dot_batch__pb2.OutcomeBatch.SerializeToString,
+                response_deserializer=understudy_dot_v1_dot_shadow__pb2.BatchAck.FromString,
+                _registered_method=True)
+        self.ReportOutcomesStream = channel.stream_stream(
+                '/understudy.v1.ShadowEvaluation/ReportOutcomesStream',
+                request_serializer=understudy_dot_v1_dot_shadow__pb2.OutcomeBatchStreamRequest.SerializeToString,
+                response_deserializer=understudy_dot_v1_dot_shadow__pb2.BatchStreamAck.FromString,
+                _registered_method=True)
 
 
 class ShadowEvaluationServicer:
@@ -84,6 +105,31 @@ class ShadowEvaluationServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def MirrorMany(self, request, context):
+        """Batches: requests (outcomes) in columns, acked per batch.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def MirrorManyStream(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportOutcomes(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportOutcomesStream(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ShadowEvaluationServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -106,6 +152,26 @@ def add_ShadowEvaluationServicer_to_server(servicer, server):
                     servicer.ReportOutcomeStream,
                     request_deserializer=understudy_dot_v1_dot_shadow__pb2.OutcomeStreamRequest.FromString,
                     response_serializer=understudy_dot_v1_dot_shadow__pb2.StreamAck.SerializeToString,
+            ),
+            'MirrorMany': grpc.unary_unary_rpc_method_handler(
+                    servicer.MirrorMany,
+                    request_deserializer=understudy_dot_v1_dot_batch__pb2.MirrorBatch.FromString,
+                    response_serializer=understudy_dot_v1_dot_shadow__pb2.BatchAck.SerializeToString,
+            ),
+            'MirrorManyStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.MirrorManyStream,
+                    request_deserializer=understudy_dot_v1_dot_shadow__pb2.MirrorBatchStreamRequest.FromString,
+                    response_serializer=understudy_dot_v1_dot_shadow__pb2.BatchStreamAck.SerializeToString,
+            ),
+            'ReportOutcomes': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportOutcomes,
+                    request_deserializer=understudy_dot_v1_dot_batch__pb2.OutcomeBatch.FromString,
+                    response_serializer=understudy_dot_v1_dot_shadow__pb2.BatchAck.SerializeToString,
+            ),
+            'ReportOutcomesStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.ReportOutcomesStream,
+                    request_deserializer=understudy_dot_v1_dot_shadow__pb2.OutcomeBatchStreamRequest.FromString,
+                    response_serializer=understudy_dot_v1_dot_shadow__pb2.BatchStreamAck.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -216,6 +282,114 @@ class ShadowEvaluation:
             '/understudy.v1.ShadowEvaluation/ReportOutcomeStream',
             understudy_dot_v1_dot_shadow__pb2.OutcomeStreamRequest.SerializeToString,
             understudy_dot_v1_dot_shadow__pb2.StreamAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MirrorMany(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/understudy.v1.ShadowEvaluation/MirrorMany',
+            understudy_dot_v1_dot_batch__pb2.MirrorBatch.SerializeToString,
+            understudy_dot_v1_dot_shadow__pb2.BatchAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MirrorManyStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/understudy.v1.ShadowEvaluation/MirrorManyStream',
+            understudy_dot_v1_dot_shadow__pb2.MirrorBatchStreamRequest.SerializeToString,
+            understudy_dot_v1_dot_shadow__pb2.BatchStreamAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportOutcomes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/understudy.v1.ShadowEvaluation/ReportOutcomes',
+            understudy_dot_v1_dot_batch__pb2.OutcomeBatch.SerializeToString,
+            understudy_dot_v1_dot_shadow__pb2.BatchAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportOutcomesStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/understudy.v1.ShadowEvaluation/ReportOutcomesStream',
+            understudy_dot_v1_dot_shadow__pb2.OutcomeBatchStreamRequest.SerializeToString,
+            understudy_dot_v1_dot_shadow__pb2.BatchStreamAck.FromString,
             options,
             channel_credentials,
             insecure,
