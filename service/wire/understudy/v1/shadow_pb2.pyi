@@ -85,7 +85,7 @@ class BatchRejection(_message.Message):
     def __init__(self, index: _Optional[int] = ..., field: _Optional[str] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class BatchAck(_message.Message):
-    __slots__ = ("status", "sequence", "accepted", "shed", "rejected", "rejections", "stream_accepted", "stream_shed", "stream_rejected")
+    __slots__ = ("status", "sequence", "accepted", "shed", "rejected", "rejections", "stream_accepted", "stream_shed", "stream_rejected", "whole_batch")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
@@ -95,6 +95,7 @@ class BatchAck(_message.Message):
     STREAM_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     STREAM_SHED_FIELD_NUMBER: _ClassVar[int]
     STREAM_REJECTED_FIELD_NUMBER: _ClassVar[int]
+    WHOLE_BATCH_FIELD_NUMBER: _ClassVar[int]
     status: AckStatus
     sequence: int
     accepted: int
@@ -104,7 +105,8 @@ class BatchAck(_message.Message):
     stream_accepted: int
     stream_shed: int
     stream_rejected: int
-    def __init__(self, status: _Optional[_Union[AckStatus, str]] = ..., sequence: _Optional[int] = ..., accepted: _Optional[int] = ..., shed: _Optional[int] = ..., rejected: _Optional[int] = ..., rejections: _Optional[_Iterable[_Union[BatchRejection, _Mapping]]] = ..., stream_accepted: _Optional[int] = ..., stream_shed: _Optional[int] = ..., stream_rejected: _Optional[int] = ...) -> None: ...
+    whole_batch: bool
+    def __init__(self, status: _Optional[_Union[AckStatus, str]] = ..., sequence: _Optional[int] = ..., accepted: _Optional[int] = ..., shed: _Optional[int] = ..., rejected: _Optional[int] = ..., rejections: _Optional[_Iterable[_Union[BatchRejection, _Mapping]]] = ..., stream_accepted: _Optional[int] = ..., stream_shed: _Optional[int] = ..., stream_rejected: _Optional[int] = ..., whole_batch: _Optional[bool] = ...) -> None: ...
 
 class MirrorBatchStreamRequest(_message.Message):
     __slots__ = ("sequence", "batch")
