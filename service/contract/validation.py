@@ -53,6 +53,10 @@ class RequestLimits:
     # (contract/devices.py builds one entry per device: an unbounded count would be
     # an unbounded allocation on every feasibility and feature pass).
     max_devices: int = 1_000_000
+    # Requests in one batch (MirrorMany, POST /v1/mirror/batch): more is refused whole,
+    # before any column is read, so one message cannot make ingest hold an unbounded
+    # batch while it validates and journals it.
+    max_batch_requests: int = 1_024
 
 
 _DEFAULT_LIMITS = RequestLimits()
