@@ -17,7 +17,7 @@ Example (abridged)::
     kind: policy                     # or: predictor
     model: {file: model.onnx, sha256: 3f1c...}
     features: {version: features-v2, definition_hash: 9ab0...}
-    inputs:  [{name: features, dtype: float32, shape: [N, 38]}]
+    inputs:  [{name: features, dtype: float32, shape: [N, 39]}]
     outputs: [{name: scores, dtype: float32, shape: [N, 1]}]
     execution_providers: [CUDAExecutionProvider, CPUExecutionProvider]
     time_budget_ms: 20

@@ -5,7 +5,7 @@ count, class), so a predictor fitted on it alone cannot tell ``4`` from ``22``
 from ``1111`` (measured on Pollux's testbed: spread is slower for all six
 models, ``22`` slower than ``1111``, and at 8 GPUs ``44`` slower than
 ``2222``). The simulator runs a gang at Gavel's consolidated rate times
-`service.environment.gangs.gang_factor`; these rows are the same product, so
+`service.environment.sharing.gang_factor`; these rows are the same product, so
 the predictor learns the shapes the simulator offers:
 
     factor = shape_factor(type, shape, L) x min(1, g / shape_factor(type, 1...1, 1))
