@@ -64,6 +64,14 @@ class ServiceMetrics:
             ["transport", "reason"],
             registry=registry,
         )
+        self.ingest_batch_requests = Histogram(
+            "understudy_ingest_batch_requests",
+            "Requests (or outcomes) per batch message received (MirrorMany, ReportOutcomes, "
+            "their streams, the HTTP batch endpoints), whatever became of them.",
+            ["transport", "kind"],
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096),
+            registry=registry,
+        )
         self.ack_latency = Histogram(
             "understudy_ack_latency_seconds",
             "Time from receiving a mirrored message to its ack being ready.",

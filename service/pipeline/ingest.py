@@ -25,16 +25,23 @@ not know is caught by the decision-log writer.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
+
+import numpy as np
+from numpy.typing import NDArray
 
 from service.contract import InvalidInput, MirrorRequest, Outcome, RequestLimits
+from service.contract.batch import OutcomeColumns, RequestBatch
 from service.contract.errors import ConflictingRequest
 from service.contract.identity import content_sha256
+from service.contract.rejections import RejectionReason, refusal_of
 from service.contract.validation import validate_outcome, validate_request
 from service.metrics import ServiceMetrics, field_label
+from service.pipeline import batch_record
 from service.pipeline.journal import NO_SPACE, IngestJournal
 from service.pipeline.journal_format import JournalClosed, JournalIOError, RecordKind
 from service.pipeline.request_index import RequestIndex, Seen
@@ -67,6 +74,151 @@ class IngestResult:
 
 MirrorDecoder = Callable[[], tuple[MirrorRequest, bytes]]
 OutcomeDecoder = Callable[[], tuple[Outcome, bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class IndexedRefusal:
+    """INTERIM (helper B's `service.contract.batch_validation.IndexedRefusal` replaces it):
+    one refused request of a batch, by its position in what was sent."""
+
+    index: int
+    field: str
+    message: str
+    reason: RejectionReason
+
+
+class DecodedRequests(Protocol):
+    """What a batch decoder hands over (`service.wire.batch_codec.DecodedBatch`)."""
+
+    @property
+    def batch(self) -> RequestBatch:
+        """The requests that decoded, in columns."""
+        ...
+
+    @property
+    def index(self) -> NDArray[np.int64]:
+        """Position in what was sent of each row of `batch`."""
+        ...
+
+    @property
+    def refusals(self) -> tuple[IndexedRefusal, ...]:
+        """Requests refused while decoding (their positions in what was sent)."""
+        ...
+
+    @property
+    def n_sent(self) -> int:
+        """Requests sent."""
+        ...
+
+
+class DecodedOutcomeRows(Protocol):
+    """What an outcome batch decoder hands over (`service.wire.batch_codec.DecodedOutcomes`)."""
+
+    @property
+    def outcomes(self) -> OutcomeColumns:
+        """The outcomes that decoded, in columns."""
+        ...
+
+    @property
+    def index(self) -> NDArray[np.int64]:
+        """Position in what was sent of each row of `outcomes`."""
+        ...
+
+    @property
+    def refusals(self) -> tuple[IndexedRefusal, ...]:
+        """Outcomes refused while decoding."""
+        ...
+
+    @property
+    def n_sent(self) -> int:
+        """Outcomes sent."""
+        ...
+
+
+MirrorBatchDecoder = Callable[[], tuple[DecodedRequests, bytes]]
+"""Returns the decoded batch and the `MirrorBatch` protobuf bytes to journal."""
+OutcomeBatchDecoder = Callable[[], tuple[DecodedOutcomeRows, bytes]]
+"""Returns the decoded outcomes and the `OutcomeBatch` protobuf bytes to journal."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    """What became of each request of one batch; accepted + shed + rejected == sent.
+
+    ``duplicates`` (re-sends acked without a new record) are counted in
+    ``accepted`` too. ``rejections`` name each rejected request by its position
+    in what was sent, sorted; ``journal_seq`` is the one record holding the
+    accepted part (None when nothing new was journaled).
+    """
+
+    accepted: int
+    shed: int
+    rejected: int
+    duplicates: int
+    rejections: tuple[IndexedRefusal, ...]
+    journal_seq: int | None
+    shed_reason: ShedReason | None = None
+    """Why the batch's new requests were shed (None when none were)."""
+
+    @property
+    def sent(self) -> int:
+        """Requests in the batch."""
+        return self.accepted + self.shed + self.rejected
+
+
+@dataclass(frozen=True, slots=True)
+class BatchVerdictLike:
+    """INTERIM (helper B's `BatchVerdict`): which rows are valid, and the refused ones."""
+
+    ok: NDArray[np.bool_]
+    refusals: tuple[IndexedRefusal, ...]
+
+
+def _refusal(index: int, exc: InvalidInput) -> IndexedRefusal:
+    refusal = refusal_of(exc)
+    reason = refusal.reason if refusal is not None else RejectionReason.INVALID_VALUE
+    return IndexedRefusal(index, exc.field, exc.problem, reason)
+
+
+def _validate_batch(batch: RequestBatch, limits: RequestLimits) -> BatchVerdictLike:
+    """INTERIM until helper B's `validate_batch` lands: one `validate_request` per request
+    (builds a Python request per row: the accept path's cost until then)."""
+    ok = np.ones(batch.n_requests, dtype=np.bool_)
+    refusals = []
+    for i, request in enumerate(batch.requests()):
+        try:
+            validate_request(request, limits)
+        except InvalidInput as exc:
+            ok[i] = False
+            refusals.append(_refusal(i, exc))
+    return BatchVerdictLike(ok, tuple(refusals))
+
+
+def _validate_outcome_batch(cols: OutcomeColumns, limits: RequestLimits) -> BatchVerdictLike:
+    """INTERIM until helper B's `validate_outcome_batch` lands."""
+    ok = np.ones(cols.n_outcomes, dtype=np.bool_)
+    refusals = []
+    for i, outcome in enumerate(cols.outcomes()):
+        try:
+            validate_outcome(outcome, limits)
+        except InvalidInput as exc:
+            ok[i] = False
+            refusals.append(_refusal(i, exc))
+    return BatchVerdictLike(ok, tuple(refusals))
+
+
+def _request_digests(batch: RequestBatch, rows: NDArray[np.intp]) -> NDArray[np.uint8]:
+    """INTERIM until helper C's `request_digests` lands: `content_sha256` of each row."""
+    out = np.empty((len(rows), 32), dtype=np.uint8)
+    for i, request in enumerate(batch.requests(rows.tolist())):
+        out[i] = np.frombuffer(content_sha256(request), dtype=np.uint8)
+    return out
+
+
+CONFLICT_MESSAGE = (
+    "was already sent with other content: one id names one request; re-send it "
+    "unchanged, or give a changed request a new id"
+)
 
 
 class Ingest:
@@ -127,9 +279,7 @@ class Ingest:
             self._metrics.rejections.labels(transport, "mirror", "request_id").inc()
             self._metrics.request_conflicts.labels("ingest").inc()
             raise ConflictingRequest(
-                request.request_id,
-                f"{request.request_id[:80]!r} was already sent with other content: one id "
-                "names one request; re-send it unchanged, or give a changed request a new id",
+                request.request_id, f"{request.request_id[:80]!r} {CONFLICT_MESSAGE}"
             )
         if claim.seen is Seen.DUPLICATE:
             self._metrics.ingest_duplicates.labels(transport).inc()
@@ -154,6 +304,164 @@ class Ingest:
             raise
         seq, reason = self._journal_append(RecordKind.OUTCOME, payload)
         return self._acked(transport, "outcome", outcome.request_id, seq, reason, started)
+
+    def mirror_batch(self, transport: str, decode: MirrorBatchDecoder) -> BatchResult:
+        """Decode, validate and journal one batch of mirrored requests; refuse by index.
+
+        The valid requests the index does not know are journaled as ONE
+        `RecordKind.MIRROR_BATCH` record (`service.pipeline.batch_record`: the
+        accepted rows, their digests, and the batch bytes `decode` returned,
+        unchanged). A known id with the same content is a duplicate (accepted,
+        not journaled again), with other content a conflict (refused, field
+        ``request_id``); so is a second copy of an id inside the batch (the
+        first wins). When the journal cannot take the record, every new
+        request is shed and none is remembered. Every request is counted.
+
+        Raises:
+            InvalidInput: the batch cannot be read as requests at all (counted as
+                the rejection of its requests; the transport refuses it whole).
+        """
+        started = time.perf_counter()
+        try:
+            decoded, payload = decode()
+        except InvalidInput as exc:
+            self._count_whole_batch(transport, "mirror", exc, started)
+            raise
+        batch = decoded.batch
+        verdict = _validate_batch(batch, self._limits)
+        ok_rows = np.flatnonzero(verdict.ok)
+        refusals = list(decoded.refusals)
+        sent_at = decoded.index
+        for r in verdict.refusals:  # rows of `batch` -> positions in what was sent
+            refusals.append(IndexedRefusal(int(sent_at[r.index]), r.field, r.message, r.reason))
+        digests = _request_digests(batch, ok_rows)
+        ids = [batch.request_id[int(r)] for r in ok_rows]  # the one str per request the index needs
+        n_batch = batch.n_requests
+
+        def append(new: NDArray[np.intp]) -> tuple[int | None, ShedReason]:
+            rows = ok_rows[new]
+            held = digests[new]
+            body = batch_record.pack(RecordKind.MIRROR_BATCH, rows, n_batch, payload, held)
+            return self._journal_append(RecordKind.MIRROR_BATCH, body)
+
+        claim = self.index.claim_batch(
+            ids, digests.tobytes(), append, lambda appended: appended[0] is not None
+        )
+        for c in claim.conflicts.tolist():
+            request_id = ids[c]
+            refusals.append(
+                IndexedRefusal(
+                    int(sent_at[ok_rows[c]]),
+                    "request_id",
+                    f"{request_id[:80]!r} {CONFLICT_MESSAGE}",
+                    RejectionReason.CONFLICTING_REQUEST,
+                )
+            )
+        seq, reason = claim.appended if claim.appended is not None else (None, None)
+        carried = len(claim.new) + len(claim.repeats)  # the new ids and their repeats
+        journaled = seq is not None
+        duplicates = len(claim.duplicates) + (len(claim.repeats) if journaled else 0)
+        accepted = len(claim.duplicates) + (carried if journaled else 0)
+        shed = 0 if journaled or not len(claim.new) else carried
+        refusals.sort(key=lambda r: r.index)
+        result = BatchResult(
+            accepted=accepted,
+            shed=shed,
+            rejected=len(refusals),
+            duplicates=duplicates,
+            rejections=tuple(refusals),
+            journal_seq=seq,
+            shed_reason=reason if shed else None,
+        )
+        self._count_batch(
+            transport, "mirror", result, len(claim.conflicts), decoded.n_sent, started
+        )
+        return result
+
+    def outcome_batch(self, transport: str, decode: OutcomeBatchDecoder) -> BatchResult:
+        """Decode, validate and journal one batch of outcome reports; refuse by index.
+
+        The valid outcomes are ONE `RecordKind.OUTCOME_BATCH` record (the
+        accepted rows and the batch bytes as received); shed together when the
+        journal cannot take it. Outcomes have no index: a re-sent outcome is
+        the writer's to join once.
+
+        Raises:
+            InvalidInput: the batch cannot be read as outcomes at all (counted).
+        """
+        started = time.perf_counter()
+        try:
+            decoded, payload = decode()
+        except InvalidInput as exc:
+            self._count_whole_batch(transport, "outcome", exc, started)
+            raise
+        cols = decoded.outcomes
+        verdict = _validate_outcome_batch(cols, self._limits)
+        ok_rows = np.flatnonzero(verdict.ok)
+        refusals = list(decoded.refusals)
+        sent_at = decoded.index
+        for r in verdict.refusals:
+            refusals.append(IndexedRefusal(int(sent_at[r.index]), r.field, r.message, r.reason))
+        seq: int | None = None
+        reason: ShedReason | None = None
+        if len(ok_rows):
+            body = batch_record.pack(RecordKind.OUTCOME_BATCH, ok_rows, cols.n_outcomes, payload)
+            seq, reason = self._journal_append(RecordKind.OUTCOME_BATCH, body)
+        refusals.sort(key=lambda r: r.index)
+        journaled = seq is not None
+        result = BatchResult(
+            accepted=len(ok_rows) if journaled else 0,
+            shed=0 if journaled else len(ok_rows),
+            rejected=len(refusals),
+            duplicates=0,
+            rejections=tuple(refusals),
+            journal_seq=seq,
+            shed_reason=reason if len(ok_rows) and not journaled else None,
+        )
+        self._count_batch(transport, "outcome", result, 0, decoded.n_sent, started)
+        return result
+
+    def _count_whole_batch(
+        self, transport: str, kind: str, exc: InvalidInput, started: float
+    ) -> None:
+        """A batch refused whole: each of its requests (when known; else one) is a rejection."""
+        n = getattr(exc, "n_sent", None)
+        n = n if isinstance(n, int) and n > 0 else 1
+        self._metrics.ingest.labels(transport, kind, AckStatus.REJECTED.value).inc(n)
+        self._metrics.rejections.labels(transport, kind, field_label(exc.field)).inc(n)
+        self._metrics.ingest_batch_requests.labels(transport, kind).observe(n)
+        self._timer(transport).observe(time.perf_counter() - started)
+
+    def _count_batch(
+        self,
+        transport: str,
+        kind: str,
+        result: BatchResult,
+        conflicts: int,
+        n_sent: int,
+        started: float,
+    ) -> None:
+        """Count a batch's requests by result, field, shed reason; one ack latency."""
+        metrics = self._metrics
+        for status, n in (
+            (AckStatus.ACCEPTED, result.accepted),
+            (AckStatus.SHED, result.shed),
+            (AckStatus.REJECTED, result.rejected),
+        ):
+            if n:
+                self._counter(transport, kind, status).inc(n)
+        if result.rejected:  # a loop over the refused requests only
+            by_field = Counter(field_label(r.field) for r in result.rejections)
+            for label, n in by_field.items():
+                metrics.rejections.labels(transport, kind, label).inc(n)
+        if conflicts:
+            metrics.request_conflicts.labels("ingest").inc(conflicts)
+        if result.shed and result.shed_reason is not None:
+            metrics.sheds.labels(transport, kind, result.shed_reason.value).inc(result.shed)
+        if result.duplicates:
+            metrics.ingest_duplicates.labels(transport).inc(result.duplicates)
+        metrics.ingest_batch_requests.labels(transport, kind).observe(n_sent)
+        self._timer(transport).observe(time.perf_counter() - started)
 
     def count_rejection(self, transport: str, kind: str, exc: InvalidInput) -> None:
         """Count a refused input by transport, kind and (normalised) field."""
@@ -188,12 +496,18 @@ class Ingest:
         return IngestResult(status, request_id, seq)
 
     def _count(self, transport: str, kind: str, status: AckStatus, started: float) -> None:
+        self._counter(transport, kind, status).inc()
+        self._timer(transport).observe(time.perf_counter() - started)
+
+    def _counter(self, transport: str, kind: str, status: AckStatus) -> Any:
         key = (transport, kind, status.value)
         counter = self._counted.get(key)
         if counter is None:
             counter = self._counted[key] = self._metrics.ingest.labels(*key)
-        counter.inc()
+        return counter
+
+    def _timer(self, transport: str) -> Any:
         timer = self._timed.get(transport)
         if timer is None:
             timer = self._timed[transport] = self._metrics.ack_latency.labels(transport)
-        timer.observe(time.perf_counter() - started)
+        return timer

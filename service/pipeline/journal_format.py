@@ -79,6 +79,8 @@ class RecordKind(enum.IntEnum):
 
     MIRROR = 1
     OUTCOME = 2
+    MIRROR_BATCH = 3  # accepted rows of one MirrorBatch (service.pipeline.batch_record)
+    OUTCOME_BATCH = 4  # accepted rows of one OutcomeBatch
 
 
 _KIND_VALUES = frozenset(int(k) for k in RecordKind)

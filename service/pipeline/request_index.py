@@ -24,10 +24,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Generic, TypeVar
+
+import numpy as np
+from numpy.typing import NDArray
 
 from service.contract import MirrorRequest
 from service.contract.identity import content_sha256
@@ -41,6 +44,9 @@ log = logging.getLogger(__name__)
 DEFAULT_CAPACITY = 100_000
 """Ids remembered by default: about 20 MB (id string, 32-byte digest, dict slot),
 minutes to hours of traffic at the rates the benchmarks measure."""
+
+DIGEST_SIZE = 32
+"""Bytes of a content digest (sha256)."""
 
 T = TypeVar("T")
 
@@ -59,6 +65,31 @@ class Claim(Generic[T]):
 
     seen: Seen
     appended: T | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BatchClaim(Generic[T]):
+    """The index's answer for each request of a batch (positions in what was claimed).
+
+    ``new``: journal them (``appended`` holds the append's result); ``duplicates``:
+    known with the same content; ``repeats``: an earlier request of this batch
+    with the same id and content (accepted with it, or shed with it);
+    ``conflicts``: known, or earlier in the batch, with other content.
+    """
+
+    new: NDArray[np.intp]
+    duplicates: NDArray[np.intp]
+    repeats: NDArray[np.intp]
+    conflicts: NDArray[np.intp]
+    appended: T | None = None
+
+
+def _positions(found: list[int]) -> NDArray[np.intp]:
+    return np.array(found, dtype=np.intp) if found else _NONE
+
+
+_NONE = np.empty(0, dtype=np.intp)
+_NONE.flags.writeable = False
 
 
 class RequestIndex:
@@ -99,6 +130,68 @@ class RequestIndex:
             if accepted(result):
                 self._remember_locked(request_id, digest)
             return Claim(Seen.NEW, result)
+
+    def claim_batch(
+        self,
+        request_ids: Sequence[str],
+        digests: bytes,
+        append: Callable[[NDArray[np.intp]], T],
+        accepted: Callable[[T], bool],
+    ) -> BatchClaim[T]:
+        """`claim` for the requests of one batch, under one lock hold and one `append`.
+
+        `digests` is the requests' 32-byte digests concatenated, in order. Each
+        request is looked up as `claim` would, and also against the requests
+        before it in the same batch (the first copy of an id wins: a later
+        identical copy is a repeat, a later different copy a conflict). When
+        any request is new, `append` runs once, under the lock, with the
+        positions of the new ones, and every new id is remembered if
+        `accepted` says the append took them; otherwise none is (a re-send
+        must then be journaled). Its exceptions propagate and nothing is
+        remembered.
+        """
+        n = len(request_ids)
+        if len(digests) != n * DIGEST_SIZE:
+            raise ValueError(
+                f"{n} requests need {n * DIGEST_SIZE} digest bytes, got {len(digests)}"
+            )
+        new: list[int] = []
+        duplicates: list[int] = []
+        repeats: list[int] = []
+        conflicts: list[int] = []
+        fresh: dict[str, bytes] = {}  # this batch's new ids, first copy first
+        with self._lock:
+            known = self._digests
+            for i, request_id in enumerate(request_ids):  # one dict probe per request id
+                digest = digests[i * DIGEST_SIZE : (i + 1) * DIGEST_SIZE]
+                held = known.get(request_id)
+                if held is not None:
+                    (duplicates if held == digest else conflicts).append(i)
+                    continue
+                first = fresh.get(request_id)
+                if first is None:
+                    fresh[request_id] = digest
+                    new.append(i)
+                else:
+                    (repeats if first == digest else conflicts).append(i)
+            if not new:
+                return BatchClaim(
+                    _positions(new),
+                    _positions(duplicates),
+                    _positions(repeats),
+                    _positions(conflicts),
+                )
+            result = append(_positions(new))
+            if accepted(result):
+                for request_id, digest in fresh.items():
+                    self._remember_locked(request_id, digest)
+        return BatchClaim(
+            _positions(new),
+            _positions(duplicates),
+            _positions(repeats),
+            _positions(conflicts),
+            result,
+        )
 
     def remember(self, request_id: str, digest: bytes) -> bool:
         """Add an id known from elsewhere (the journal); False when it was known already."""
