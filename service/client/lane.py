@@ -131,6 +131,11 @@ class Lane:
             self._not_accepted.clear()
             self._cond.notify_all()
 
+    def has_work(self) -> bool:
+        """Whether any message is buffered or in flight (a lazy stream opens only then)."""
+        with self._cond:
+            return bool(self._unsent or self._sent)
+
     def oldest_unacked_age(self) -> float:
         """Seconds the oldest sent-but-unacked message has waited (0 if none)."""
         with self._cond:

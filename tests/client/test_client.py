@@ -22,10 +22,12 @@ import pytest
 import service.client
 from service.client import MirrorClient
 from service.contract import MirrorRequest
-from service.pipeline.journal_format import RecordKind
+from service.contract.validation import RequestLimits
 from service.server.app import Service
+from service.wire.batch_codec import batch_from_pb
 from service.wire.convert import mirror_request_to_pb
 from service.wire.understudy.v1 import contract_pb2, shadow_pb2
+from tests.client.journaled import journaled_requests
 
 pytestmark = pytest.mark.live  # waits on a real service: run under load by make test-busy
 
@@ -44,7 +46,19 @@ ALLOWED_ROOTS = {
 }
 
 
-def test_client_imports_only_grpc_protobuf_and_generated_code() -> None:
+# What the client may reach inside Understudy: itself, the generated messages, and the
+# core that the batch form needs (the contract and its wire converters and codec, which
+# import numpy). Never the server, ingest, storage, policies or the transports.
+CLIENT_MAY_IMPORT = (
+    "service.client",
+    "service.wire.understudy",
+    "service.wire.convert",
+    "service.wire.batch_codec",
+    "service.contract",
+)
+
+
+def test_client_imports_only_grpc_protobuf_generated_code_and_the_contract() -> None:
     root = Path(service.client.__file__).parent
     for path in root.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -56,7 +70,7 @@ def test_client_imports_only_grpc_protobuf_and_generated_code() -> None:
             for name in names:
                 assert name.split(".")[0] in ALLOWED_ROOTS, f"{path.name} imports {name}"
                 if name.startswith("service."):
-                    assert name.startswith(("service.client", "service.wire.understudy")), name
+                    assert name.startswith(CLIENT_MAY_IMPORT), name
 
 
 def free_port() -> int:
@@ -90,11 +104,7 @@ def p99(values: list[float]) -> float:
 
 
 def journal_ids(service: Service) -> set[str]:
-    return {
-        contract_pb2.MirrorRequest.FromString(r.payload).request_id
-        for r in service.journal.read("scorer", 1_000_000)
-        if r.kind == RecordKind.MIRROR
-    }
+    return {r.request_id for r in journaled_requests(service)}
 
 
 def test_server_absent_at_start(
@@ -125,22 +135,26 @@ def test_server_absent_at_start(
 
 
 class SlowServer:
-    """A real ShadowEvaluation stream endpoint that handles `rate` messages per second."""
+    """A real ShadowEvaluation batch stream endpoint that handles `rate` requests per second."""
 
     def __init__(self, rate: float) -> None:
-        self.received: list[int] = []
+        self.received: list[str] = []
         delay = 1.0 / rate
 
         def stream(
             requests: Iterator[bytes], context: grpc.ServicerContext
-        ) -> Iterator[shadow_pb2.StreamAck]:
+        ) -> Iterator[shadow_pb2.BatchStreamAck]:
             for raw in requests:
-                env = shadow_pb2.MirrorStreamRequest.FromString(raw)
-                time.sleep(delay)
-                self.received.append(env.sequence)
-                yield shadow_pb2.StreamAck(
-                    status=shadow_pb2.ACK_STATUS_ACCEPTED, sequence=env.sequence
+                env = shadow_pb2.MirrorBatchStreamRequest.FromString(raw)
+                batch = batch_from_pb(env.batch, RequestLimits())
+                time.sleep(delay * batch.n_requests)
+                self.received += [batch.request_id[i] for i in range(batch.n_requests)]
+                ack = shadow_pb2.BatchAck(
+                    status=shadow_pb2.ACK_STATUS_ACCEPTED,
+                    sequence=env.sequence,
+                    accepted=batch.n_requests,
                 )
+                yield shadow_pb2.BatchStreamAck(ack=ack)
 
         handler = grpc.stream_stream_rpc_method_handler(
             stream, response_serializer=lambda m: m.SerializeToString()
@@ -149,7 +163,7 @@ class SlowServer:
         self.server.add_generic_rpc_handlers(
             (
                 grpc.method_handlers_generic_handler(
-                    "understudy.v1.ShadowEvaluation", {"MirrorStream": handler}
+                    "understudy.v1.ShadowEvaluation", {"MirrorManyStream": handler}
                 ),
             )
         )

@@ -1,5 +1,9 @@
 """The mirroring client reads a refused message's reason, and acks about no message it holds
-(`REPEATED_SEQUENCE`, `REJECTED` under sequence 0) never change a sent message's fate."""
+(`REPEATED_SEQUENCE`, `REJECTED` under sequence 0) never change a sent message's fate.
+
+With batching, `bad` (a NaN in its state) travels in a batch and is refused by
+index; `no_state` cannot be read into a request, so the client sends it on the
+single stream, where the service names its missing field as it always did."""
 
 from __future__ import annotations
 
@@ -32,7 +36,9 @@ def test_client_counts_a_rejection_by_the_reason_the_server_gave(
         for msg in (good, bad, no_state):
             assert client.mirror(msg)
         assert client.flush(30), "the client never got its acks"
-        stats = client.stats().mirrors
+        everything = client.stats()
+        stats = everything.mirrors
+    assert everything.mirror_batches.diverted == 1, "no_state went on the single stream"
     assert (stats.accepted, stats.rejected, stats.protocol_errors) == (1, 2, 0)
     assert stats.rejected_by_reason == {"invalid_value": 1, "missing_field": 1}
     logged = [r.getMessage() for r in caplog.records if "REJECTED" in r.getMessage()]
