@@ -19,12 +19,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from service.wire.understudy.v1 import batch_pb2
 from service.wire.understudy.v1 import contract_pb2 as pb
 
-ENVELOPE_FIELDS = frozenset({"body", "message", "request", "outcome", "sequence", "options[]"})
+ENVELOPE_FIELDS = frozenset(
+    {"body", "message", "request", "outcome", "batch", "sequence", "options[]", "content-type"}
+)
 """Names a refusal may give that are not message fields: the whole HTTP body, a
-whole gRPC stream message, a stream envelope part, and one placement option
-(``options[3]``). Stream acks name the refused field by these paths too."""
+whole gRPC stream message, a stream envelope part (a batch stream's `batch`),
+one placement option (``options[3]``) and an HTTP batch body's content type.
+Stream acks name the refused field by these paths too."""
 
 
 def _paths(message: Any, prefix: str) -> Iterator[str]:
@@ -40,8 +44,14 @@ def _paths(message: Any, prefix: str) -> Iterator[str]:
 
 
 def known_field_paths() -> frozenset[str]:
-    """Field paths of `MirrorRequest` and `Outcome`, indices dropped, plus the envelope's."""
-    roots = (pb.MirrorRequest.DESCRIPTOR, pb.Outcome.DESCRIPTOR)
+    """Field paths of `MirrorRequest`, `Outcome` and their batch forms (a batch refused
+    whole names a column, e.g. ``states.cpu_free``), indices dropped, plus the envelope's."""
+    roots = (
+        pb.MirrorRequest.DESCRIPTOR,
+        pb.Outcome.DESCRIPTOR,
+        batch_pb2.MirrorBatch.DESCRIPTOR,
+        batch_pb2.OutcomeBatch.DESCRIPTOR,
+    )
     return frozenset(p for root in roots for p in _paths(root, "")) | ENVELOPE_FIELDS
 
 

@@ -20,6 +20,10 @@ ack generator ends (finished, cancelled or collected).
 A stream whose client sends nothing for `idle_close_s` ends its ack generator
 with `StreamIdle`, so a client cannot hold a stream (and the server thread
 serving it) open for ever without sending (issue 20 item 2).
+
+`AckPipe` is that machinery, whatever the ack message; `StreamProgress` acks
+one message per sequence (`StreamAck`), `batch_streams.BatchStreamProgress`
+one batch per sequence (`BatchStreamAck`).
 """
 
 from __future__ import annotations
@@ -30,12 +34,19 @@ import select
 import threading
 import time
 from collections import deque
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
+from typing import Any, Generic, Protocol, TypeVar
 
 from service.wire.understudy.v1 import shadow_pb2
 
 _ACCEPTED = shadow_pb2.ACK_STATUS_ACCEPTED
 _SHED = shadow_pb2.ACK_STATUS_SHED
+
+A = TypeVar("A")
+
+Opened = tuple[int, int, Callable[[], Any]]
+"""An opened stream message: its sequence, how many requests it holds (1, or a
+batch's stated count; 0 where unknown) and the thunk that ingests it."""
 
 
 class StreamIdle(Exception):
@@ -47,21 +58,21 @@ class StreamIdle(Exception):
         self.limit_s = limit_s
 
 
-class StreamProgress:
+class AckPipe(Generic[A]):
     """Shared state between a stream's reader thread and its ack generator.
 
-    `idle_close_s`: end the ack generator with `StreamIdle` once nothing has
-    arrived (or been recorded) for that long; None never closes.
+    Subclasses record each message's fate under `_lock` and hand it to
+    `_advance_locked` (an individual ack, or None, and the sequence handled);
+    `_cumulative_locked` builds the cumulative ack for everything up to
+    `_through`. `idle_close_s`: end the ack generator with `StreamIdle` once
+    nothing has arrived (or been recorded) for that long; None never closes.
     """
 
     def __init__(self, idle_close_s: float | None = None) -> None:
         self._lock = threading.Lock()
-        self._individual: deque[shadow_pb2.StreamAck] = deque()
+        self._individual: deque[A] = deque()
         self._through = 0
         self._announced_through = 0
-        self.accepted = 0
-        self.shed = 0
-        self.rejected = 0
         self._finished = False
         self._waiting = False  # the ack generator sleeps on the pipe: only then wake it
         self._wake_r, self._wake_w = os.pipe()
@@ -78,31 +89,23 @@ class StreamProgress:
         """A message arrived: the stream is not idle (the reader calls it per message)."""
         self._last_activity = time.monotonic()
 
-    def record(self, status: int, sequence: int, field: str = "", reason: str = "") -> None:
-        """Record the fate of message `sequence` (status: a shadow_pb2.AckStatus value).
+    def _advance_locked(self, individual: A | None, sequence: int) -> None:
+        """Under `_lock`: queue `individual` (if any), move the cumulative mark, wake."""
+        self._last_activity = time.monotonic()
+        if individual is not None:
+            self._individual.append(individual)
+        if sequence > self._through:
+            self._through = sequence
+        # A generator that is busy sending looks at the new state before it sleeps
+        # again (it checks under this lock), so only a sleeping one needs waking,
+        # and only once: records that arrive before it runs ride on that wake-up.
+        if self._waiting:
+            self._waiting = False
+            self._wake_locked()
 
-        `field` and `reason` go on the individual ack of a refused message (the
-        caller bounds the field and takes the reason from the allow-list,
-        service.contract.rejections); accepted and shed messages carry neither.
-        """
-        with self._lock:
-            self._last_activity = time.monotonic()
-            if status == _ACCEPTED:
-                self.accepted += 1
-            else:
-                if status == _SHED:
-                    self.shed += 1
-                else:
-                    self.rejected += 1
-                self._individual.append(self._ack(status, sequence, field, reason))
-            if sequence > self._through:
-                self._through = sequence
-            # A generator that is busy sending looks at the new state before it sleeps
-            # again (it checks under this lock), so only a sleeping one needs waking,
-            # and only once: records that arrive before it runs ride on that wake-up.
-            if self._waiting:
-                self._waiting = False
-                self._wake_locked()
+    def _cumulative_locked(self) -> A:
+        """Under `_lock`: the cumulative ack for every sequence <= `_through`."""
+        raise NotImplementedError
 
     def finish(self) -> None:
         """Mark the client's half of the stream as done (or broken)."""
@@ -115,26 +118,13 @@ class StreamProgress:
             with contextlib.suppress(BlockingIOError):  # full pipe: a wake-up is pending
                 os.write(self._wake_w, b"\0")
 
-    def _ack(
-        self, status: int, sequence: int, field: str = "", reason: str = ""
-    ) -> shadow_pb2.StreamAck:
-        return shadow_pb2.StreamAck(
-            status=status,  # type: ignore[arg-type]
-            sequence=sequence,
-            accepted=self.accepted,
-            shed=self.shed,
-            rejected=self.rejected,
-            field=field,
-            reason=reason,
-        )
-
     def _sleep(self, timeout: float) -> None:
         """Wait for a wake-up byte (or the timeout), then drain the pipe."""
         if self._poll.poll(timeout * 1000.0):
             with contextlib.suppress(BlockingIOError):
                 os.read(self._wake_r, 4096)
 
-    def acks(self, poll_s: float = 1.0) -> Generator[shadow_pb2.StreamAck, None, None]:
+    def acks(self, poll_s: float = 1.0) -> Generator[A, None, None]:
         """Yield acks as progress is made, until the reader finishes and all is acked.
 
         `poll_s` bounds one sleep (a lost wake-up costs at most that); raises
@@ -154,7 +144,7 @@ class StreamProgress:
             raise StreamIdle(idle_s, self._idle_close_s)
         return min(poll_s, self._idle_close_s - idle_s)
 
-    def _acks(self, poll_s: float) -> Iterator[shadow_pb2.StreamAck]:
+    def _acks(self, poll_s: float) -> Iterator[A]:
         while True:
             self._lock.acquire()
             try:
@@ -175,7 +165,7 @@ class StreamProgress:
                 self._individual.clear()
                 cumulative = None
                 if self._through > self._announced_through:
-                    cumulative = self._ack(_ACCEPTED, self._through)
+                    cumulative = self._cumulative_locked()
                     self._announced_through = self._through
                 finished = self._finished
             finally:
@@ -196,3 +186,83 @@ class StreamProgress:
             self._closed = True
             os.close(self._wake_r)
             os.close(self._wake_w)
+
+
+class StreamProgress(AckPipe[shadow_pb2.StreamAck]):
+    """Progress of a stream of single messages, acked by `StreamAck`."""
+
+    def __init__(self, idle_close_s: float | None = None) -> None:
+        super().__init__(idle_close_s)
+        self.accepted = 0
+        self.shed = 0
+        self.rejected = 0
+
+    def record(self, status: int, sequence: int, field: str = "", reason: str = "") -> None:
+        """Record the fate of message `sequence` (status: a shadow_pb2.AckStatus value).
+
+        `field` and `reason` go on the individual ack of a refused message (the
+        caller bounds the field and takes the reason from the allow-list,
+        service.contract.rejections); accepted and shed messages carry neither.
+        """
+        with self._lock:
+            individual = None
+            if status == _ACCEPTED:
+                self.accepted += 1
+            else:
+                if status == _SHED:
+                    self.shed += 1
+                else:
+                    self.rejected += 1
+                individual = self._ack(status, sequence, field, reason)
+            self._advance_locked(individual, sequence)
+
+    def _cumulative_locked(self) -> shadow_pb2.StreamAck:
+        return self._ack(_ACCEPTED, self._through)
+
+    def _ack(
+        self, status: int, sequence: int, field: str = "", reason: str = ""
+    ) -> shadow_pb2.StreamAck:
+        return shadow_pb2.StreamAck(
+            status=status,  # type: ignore[arg-type]
+            sequence=sequence,
+            accepted=self.accepted,
+            shed=self.shed,
+            rejected=self.rejected,
+            field=field,
+            reason=reason,
+        )
+
+
+class Lane(Protocol[A]):
+    """One kind of stream as the servicer's driver sees it (`servicer._consume_one`)."""
+
+    @property
+    def kind(self) -> str:
+        """`mirror` or `outcome`: the `kind` label it is counted under."""
+        ...
+
+    @property
+    def progress(self) -> AckPipe[A]:
+        """The stream's ack state."""
+        ...
+
+    def open(self, raw: bytes) -> Opened:
+        """Parse one message (raises `InvalidInput` when it cannot be read)."""
+        ...
+
+    def accept(self, sequence: int, result: Any) -> None:
+        """Record what ingest made of message `sequence`."""
+        ...
+
+    def refuse(
+        self,
+        sequence: int,
+        exc: Any,
+        size: int,
+        *,
+        counted: bool,
+        status: int = shadow_pb2.ACK_STATUS_REJECTED,
+    ) -> None:
+        """Ack message `sequence` (holding `size` requests) refused for `exc`; count it
+        unless ingest already did (`counted`)."""
+        ...

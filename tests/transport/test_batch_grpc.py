@@ -1,0 +1,288 @@
+"""Batch RPCs through a real gRPC server (issue 24): refusals by index, acks per batch.
+
+Against a real service on loopback (ingest only, so the journal is read
+untouched): a batch with bad requests at chosen indexes is accepted except
+those, which are named by index, field, reason and the very message the
+single-request validator gives for that request; a batch that cannot be read
+(a truncated column) is INVALID_ARGUMENT naming the column, counted per
+request; on the batch stream, wholly accepted batches are covered by
+cumulative acks, a batch with refusals is acked alone under its sequence
+before any cumulative ack covers it, a repeated sequence is REPEATED_SEQUENCE,
+an unreadable message is REJECTED under sequence 0, and the running totals
+equal what was sent; outcome batches likewise; no token is UNAUTHENTICATED.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+
+from service.contract import MirrorRequest
+from service.contract.rejections import REASON_CODES
+from service.server.app import Service
+from service.wire.field_paths import KNOWN_FIELD_PATHS
+from service.wire.understudy.v1 import shadow_pb2, shadow_pb2_grpc
+from tests.transport.batch_helpers import (
+    ack_verdicts,
+    counted,
+    encode,
+    encode_outcomes,
+    journaled,
+    journaled_outcomes,
+    outcomes,
+    single_verdicts,
+    spoil,
+    truncate,
+    with_ids,
+)
+
+ACCEPTED = shadow_pb2.ACK_STATUS_ACCEPTED
+REJECTED = shadow_pb2.ACK_STATUS_REJECTED
+REPEATED = shadow_pb2.ACK_STATUS_REPEATED_SEQUENCE
+Metadata = tuple[tuple[str, str], ...]
+Stub = shadow_pb2_grpc.ShadowEvaluationStub
+BAD = {1: "request_time", 4: "gang_size", 6: "cpu_free"}
+
+
+def _spoiled(sample: list[MirrorRequest], n: int, tag: str, bad: dict[int, str]) -> Any:
+    msg = encode(with_ids(sample, n, tag))
+    for index, how in bad.items():
+        spoil(msg, index, how)
+    return msg
+
+
+def _ingest(service: Service, transport: str, result: str) -> float:
+    return counted(
+        service, "understudy_ingest_total", transport=transport, kind="mirror", result=result
+    )
+
+
+def test_a_unary_batch_refuses_bad_requests_by_index_and_accepts_the_rest(
+    service: Service, stub: Stub, auth: Metadata, requests_sample: list[MirrorRequest]
+) -> None:
+    msg = _spoiled(requests_sample, 8, "u", BAD)
+    expected = single_verdicts(msg)
+    assert set(expected) == set(BAD), expected  # the oracle sees exactly the spoiled ones
+    ack = stub.MirrorMany(msg, metadata=auth)
+    assert (ack.status, ack.sequence, ack.accepted, ack.shed, ack.rejected) == (
+        REJECTED,
+        0,
+        5,
+        0,
+        3,
+    )
+    assert not ack.whole_batch
+    assert ack_verdicts(ack.rejections) == expected  # same field, reason and words
+    assert [r.field for r in ack.rejections] == [
+        "request_time",
+        "workload.gang_size",
+        "state.cpu_free[]",
+    ]
+    assert "`state.cpu_free[5]`" in ack.rejections[2].message  # the exact path, in the text
+    for r in ack.rejections:
+        assert r.field in KNOWN_FIELD_PATHS and r.reason in REASON_CODES
+    assert journaled(service) == [f"u-{i}" for i in range(8) if i not in BAD]
+    assert _ingest(service, "grpc_batch", "accepted") == 5
+    assert _ingest(service, "grpc_batch", "rejected") == 3
+    rejections = "understudy_ingest_rejections_total"
+    labels = {"transport": "grpc_batch", "kind": "mirror"}
+    assert counted(service, rejections, **labels, field="workload.gang_size") == 1
+    assert counted(service, rejections, **labels, field="state.cpu_free[]") == 1
+
+
+def test_a_wholly_valid_unary_batch_is_accepted(
+    service: Service, stub: Stub, auth: Metadata, requests_sample: list[MirrorRequest]
+) -> None:
+    ack = stub.MirrorMany(encode(with_ids(requests_sample, 5, "ok")), metadata=auth)
+    assert (ack.status, ack.accepted, ack.shed, ack.rejected, len(ack.rejections)) == (
+        ACCEPTED,
+        5,
+        0,
+        0,
+        0,
+    )
+    assert journaled(service) == [f"ok-{i}" for i in range(5)]
+
+
+def test_an_unreadable_batch_is_invalid_argument_naming_the_column_counted_per_request(
+    service: Service, stub: Stub, auth: Metadata, requests_sample: list[MirrorRequest]
+) -> None:
+    msg = encode(with_ids(requests_sample, 6, "t"))
+    truncate(msg)
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.MirrorMany(msg, metadata=auth)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "`states.cpu_free`" in caught.value.details()
+    labels = {"transport": "grpc_batch", "kind": "mirror"}
+    assert (
+        counted(service, "understudy_ingest_rejections_total", **labels, field="states.cpu_free")
+        == 6
+    )
+    assert _ingest(service, "grpc_batch", "rejected") == 6
+    assert journaled(service) == []
+    # not a protobuf at all: refused, counted, not an uncounted INTERNAL
+    raw = grpc_raw_unary(service, "MirrorMany", b"\xff\xff not a batch", auth)
+    assert raw == grpc.StatusCode.INVALID_ARGUMENT
+    assert _ingest(service, "grpc_batch", "rejected") == 7
+
+
+def grpc_raw_unary(service: Service, method: str, body: bytes, auth: Metadata) -> Any:
+    with grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        call = channel.unary_unary(
+            f"/understudy.v1.ShadowEvaluation/{method}",
+            request_serializer=lambda b: b,
+            response_deserializer=shadow_pb2.BatchAck.FromString,
+        )
+        try:
+            call(body, metadata=auth, timeout=30)
+        except grpc.RpcError as exc:
+            return exc.code()
+    return grpc.StatusCode.OK
+
+
+def _envelope(sequence: int, batch: Any | None) -> bytes:
+    env = shadow_pb2.MirrorBatchStreamRequest(sequence=sequence)
+    if batch is not None:
+        env.batch.CopyFrom(batch)
+    return bytes(env.SerializeToString())
+
+
+def _batch_stream(service: Service, raws: list[bytes], auth: Metadata) -> list[Any]:
+    with grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        call = channel.stream_stream(
+            "/understudy.v1.ShadowEvaluation/MirrorManyStream",
+            request_serializer=lambda b: b,
+            response_deserializer=shadow_pb2.BatchStreamAck.FromString,
+        )
+        return [a.ack for a in call(iter(raws), metadata=auth, timeout=60)]
+
+
+def test_the_batch_stream_acks_cumulatively_and_each_refused_batch_alone(
+    service: Service, auth: Metadata, requests_sample: list[MirrorRequest]
+) -> None:
+    sample = requests_sample
+    good_a = encode(with_ids(sample, 3, "a"))
+    good_b = encode(with_ids(sample, 2, "b"))
+    mixed = _spoiled(sample, 4, "c", {0: "gang_size", 2: "request_time"})
+    expected_c = single_verdicts(mixed)
+    unreadable = encode(with_ids(sample, 3, "d"))
+    truncate(unreadable)
+    reused = encode(with_ids(sample, 2, "e"))
+    good_f = encode(with_ids(sample, 2, "f"))
+    raws = [
+        _envelope(1, good_a),
+        _envelope(2, good_b),
+        _envelope(3, mixed),
+        _envelope(4, unreadable),
+        _envelope(4, reused),  # repeated: not read further, not journaled
+        b"\xff\xff not a protobuf",  # no sequence of its own
+        _envelope(5, good_f),
+        _envelope(6, None),  # numbered, but holds no batch
+    ]
+    acks = _batch_stream(service, raws, auth)
+    individual = [a for a in acks if a.status != ACCEPTED]
+    summary = [(a.status, a.sequence, a.accepted, a.rejected, a.whole_batch) for a in individual]
+    assert summary == [
+        (REJECTED, 3, 2, 2, False),
+        (REJECTED, 4, 0, 3, True),  # the stated count of a batch refused whole
+        (REPEATED, 4, 0, 2, True),
+        (REJECTED, 0, 0, 0, True),  # unreadable: its size is unknown
+        (REJECTED, 6, 0, 0, True),
+    ]
+    assert ack_verdicts(individual[0].rejections) == expected_c
+    whole = [
+        (a.rejections[0].index, a.rejections[0].field, a.rejections[0].reason)
+        for a in individual[1:]
+    ]
+    assert whole == [
+        (0, "states.cpu_free", "invalid_value"),
+        (0, "sequence", "repeated_sequence"),
+        (0, "message", "malformed_message"),
+        (0, "batch", "missing_field"),
+    ]
+    assert all(len(a.rejections) == 1 for a in individual[1:])
+    assert "`states.cpu_free`" in individual[1].rejections[0].message
+    # cumulative acks: increasing, ending at the last sequence; a refused batch is announced
+    # before the first cumulative ack that covers it
+    cumulative = [a.sequence for a in acks if a.status == ACCEPTED]
+    assert cumulative == sorted(set(cumulative)) and cumulative[-1] == 6
+    first_covering_3 = next(
+        i for i, a in enumerate(acks) if a.status == ACCEPTED and a.sequence >= 3
+    )
+    assert acks.index(individual[0]) < first_covering_3
+    assert all(not a.rejections and not a.whole_batch for a in acks if a.status == ACCEPTED)
+    # running totals of requests: what was sent (readable), on every ack, never decreasing
+    last = acks[-1]
+    assert (last.stream_accepted, last.stream_shed, last.stream_rejected) == (9, 0, 7)
+    totals = [(a.stream_accepted, a.stream_rejected) for a in acks]
+    assert totals == sorted(totals)
+    assert sum(a.accepted for a in acks) == last.stream_accepted  # nothing counted twice
+    assert journaled(service) == [
+        *(f"a-{i}" for i in range(3)),
+        *(f"b-{i}" for i in range(2)),
+        "c-1",
+        "c-3",
+        *(f"f-{i}" for i in range(2)),
+    ]
+    stream = "grpc_batch_stream"
+    assert _ingest(service, stream, "accepted") == 9
+    # 7 requests refused with a readable count, plus the unreadable message and the empty
+    # envelope counted as one each (their size is unknown)
+    assert _ingest(service, stream, "rejected") == 9
+    refusals = "understudy_grpc_stream_refusals_total"
+    assert counted(service, refusals, kind="mirror", reason="repeated_sequence") == 1
+    assert counted(service, refusals, kind="mirror", reason="malformed_message") == 1
+
+
+def test_outcome_batches_refuse_by_index_on_the_unary_call_and_the_stream(
+    service: Service, auth: Metadata, stub: Stub, requests_sample: list[MirrorRequest]
+) -> None:
+    items = outcomes(with_ids(requests_sample, 5, "o"))
+    msg = encode_outcomes(items)
+    observed = np.frombuffer(msg.observed_at, dtype="<f8").copy()
+    observed[3] = float("nan")
+    msg.observed_at = observed.tobytes()
+    ack = stub.ReportOutcomes(msg, metadata=auth)
+    assert (ack.status, ack.accepted, ack.rejected) == (REJECTED, 4, 1)
+    assert [(r.index, r.field) for r in ack.rejections] == [(3, "observed_at")]
+    with grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        call = channel.stream_stream(
+            "/understudy.v1.ShadowEvaluation/ReportOutcomesStream",
+            request_serializer=lambda b: b,
+            response_deserializer=shadow_pb2.BatchStreamAck.FromString,
+        )
+        envelopes = [
+            shadow_pb2.OutcomeBatchStreamRequest(sequence=1, batch=encode_outcomes(items[:2])),
+            shadow_pb2.OutcomeBatchStreamRequest(sequence=2, batch=msg),
+        ]
+        raws = [e.SerializeToString() for e in envelopes]
+        acks = [a.ack for a in call(iter(raws), metadata=auth, timeout=60)]
+    refused = [a for a in acks if a.status != ACCEPTED]
+    assert [(a.sequence, a.accepted, a.rejected) for a in refused] == [(2, 4, 1)]
+    assert (acks[-1].sequence, acks[-1].stream_accepted, acks[-1].stream_rejected) == (2, 6, 1)
+    kept = [o.request_id for i, o in enumerate(items) if i != 3]
+    assert journaled_outcomes(service) == kept + [o.request_id for o in items[:2]] + kept
+
+
+def test_batch_rpcs_need_a_runtime_token(
+    service: Service, stub: Stub, requests_sample: list[MirrorRequest]
+) -> None:
+    msg = encode(with_ids(requests_sample, 2, "n"))
+    with pytest.raises(grpc.RpcError) as unary:
+        stub.MirrorMany(msg)
+    assert unary.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    with pytest.raises(grpc.RpcError) as streamed:
+        list(
+            stub.MirrorManyStream(
+                iter([shadow_pb2.MirrorBatchStreamRequest(sequence=1, batch=msg)])
+            )
+        )
+    assert streamed.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    reviewer = (("authorization", "Bearer r-tok"),)
+    with pytest.raises(grpc.RpcError) as wrong_role:
+        stub.MirrorMany(msg, metadata=reviewer)
+    assert wrong_role.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert journaled(service) == []
