@@ -27,6 +27,7 @@ from service.contract.errors import AuthError, UnderstudyError
 from service.metrics import ServiceMetrics
 from service.pipeline.ingest import Ingest
 from service.readiness import Readiness
+from service.transport.http.batch_routes import JSON, PROTOBUF, BatchAckModel, BatchRoutes
 from service.transport.http.errors import (
     STATUS_BY_ERROR,
     error_body,
@@ -40,6 +41,13 @@ __all__ = ["STATUS_BY_ERROR", "HttpApp", "create_http_app", "status_for"]
 
 _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorModel} for code in (400, 401, 403, 413)
+}
+_BATCH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"model": BatchAckModel, "description": "every request rejected, or the batch whole"},
+    413: {"model": BatchAckModel, "description": "over UNDERSTUDY_MAX_REQUEST_BYTES"},
+    401: {"model": ErrorModel},
+    403: {"model": ErrorModel},
+    415: {"model": ErrorModel, "description": f"not {PROTOBUF} or {JSON}"},
 }
 
 
@@ -92,6 +100,37 @@ def _body_schema(model: type[MirrorRequestModel] | type[OutcomeModel]) -> dict[s
     }
 
 
+def _batch_body_schema(
+    key: str, row: type[MirrorRequestModel] | type[OutcomeModel]
+) -> dict[str, Any]:
+    """A batch body: protobuf (MirrorBatch / OutcomeBatch) or JSON rows of the single body."""
+    schema = row.model_json_schema()
+    rows = _inline_refs(schema, schema.get("$defs", {}))
+    message = "MirrorBatch" if key == "requests" else "OutcomeBatch"
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {
+                JSON: {
+                    "schema": {
+                        "type": "object",
+                        "required": [key],
+                        "properties": {key: {"type": "array", "items": rows}},
+                        "additionalProperties": False,
+                    }
+                },
+                PROTOBUF: {
+                    "schema": {
+                        "type": "string",
+                        "format": "binary",
+                        "description": f"understudy.v1.{message} (batch.proto)",
+                    }
+                },
+            },
+        }
+    }
+
+
 def create_http_app(
     ingest: Ingest,
     authority: TokenAuthority,
@@ -119,8 +158,9 @@ def create_http_app(
         redoc_url=None,
     )
     routes = IngestRoutes(ingest, authority, metrics, max_request_bytes, offload_appends)
+    batches = BatchRoutes(ingest, authority, metrics, max_request_bytes)
     if fast_ingest:
-        app.fast_routes = MappingProxyType(routes.asgi)
+        app.fast_routes = MappingProxyType(routes.asgi | batches.asgi)
 
     @app.exception_handler(UnderstudyError)
     async def _on_error(_: Request, exc: UnderstudyError) -> Response:
@@ -170,6 +210,33 @@ def create_http_app(
                 headers.get("authorization"), headers.get("content-length"), request.stream()
             )
         )
+
+    def batch_headers(request: Request) -> dict[str, str | None]:
+        return {
+            k: request.headers.get(k) for k in ("authorization", "content-type", "content-length")
+        }
+
+    @app.post(
+        "/v1/mirror/batch",
+        response_model=BatchAckModel,
+        status_code=200,
+        responses=_BATCH_RESPONSES,
+        openapi_extra=_batch_body_schema("requests", MirrorRequestModel),
+        summary="Mirror a batch of placement requests (each acked or refused by index)",
+    )
+    async def mirror_batch(request: Request) -> Response:
+        return respond(await batches.mirror_batch(batch_headers(request), request.stream()))
+
+    @app.post(
+        "/v1/outcomes/batch",
+        response_model=BatchAckModel,
+        status_code=200,
+        responses=_BATCH_RESPONSES,
+        openapi_extra=_batch_body_schema("outcomes", OutcomeModel),
+        summary="Report the outcomes of a batch of mirrored requests",
+    )
+    async def outcomes_batch(request: Request) -> Response:
+        return respond(await batches.outcomes_batch(batch_headers(request), request.stream()))
 
     @app.get("/healthz", summary="Liveness: the process answers")
     async def healthz() -> dict[str, str]:
