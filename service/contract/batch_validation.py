@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -157,7 +158,7 @@ def _repair(offsets: I64, bounds: I64) -> tuple[Mask, I64, I64]:
     bad, first = _segment_first(neg, bounds, n_seg)
     pos = np.arange(len(offsets), dtype=np.int64)
     seg = np.minimum(np.searchsorted(bounds, pos, side="right") - 1, n_seg - 1)
-    inside = bad[seg] & (pos > bounds[seg])
+    inside = bad[seg] & (pos > bounds[seg]) & (pos < bounds[seg + 1])
     fixed = offsets.copy()
     fixed[inside] = offsets[bounds[seg[inside]]]
     return bad, first + 1, fixed
@@ -176,7 +177,8 @@ class _Text:
 
     @property
     def empty(self) -> Mask:
-        return self.nbytes == 0
+        empty: Mask = self.nbytes == 0
+        return empty
 
     def control(self) -> Mask:
         """Strings holding a C0 control character."""
@@ -581,7 +583,9 @@ class _Run:
             [[getattr(h, c) is None for c in CAPABILITIES] for h in st.hardware], dtype=np.bool_
         ).reshape(-1, len(CAPABILITIES))
         if unknown.any():
-            bad, first = _segment_first(unknown.any(axis=1), self.hw_off, self.n_states)
+            bad, first = _segment_first(
+                np.asarray(unknown.any(axis=1), np.bool_), self.hw_off, self.n_states
+            )
 
             def caps(s: int) -> tuple[str, str]:
                 i = int(first[s])
@@ -741,15 +745,16 @@ class _Run:
             ("cpu_free", "cpu_total"),
             ("memory_free_gb", "memory_total_gb"),
         ):
-            self.node_rule(
-                getattr(st, free) > getattr(st, total),
-                lambda i, g, free=free, total=total: (
-                    f"state.{free}[{i}]",
-                    f"must be <= state.{total}[{i}]",
-                ),
-            )
+            self.at_most(free, total)
 
-    def column_min(self, name: str, values: NDArray[np.generic]) -> None:
+    def at_most(self, free: str, total: str) -> None:
+        """``state.<free>[i] <= state.<total>[i]``."""
+        self.node_rule(
+            getattr(self.st, free) > getattr(self.st, total),
+            lambda i, g: (f"state.{free}[{i}]", f"must be <= state.{total}[{i}]"),
+        )
+
+    def column_min(self, name: str, values: NDArray[Any]) -> None:
         if values.dtype.kind == "f":
             self.node_rule(
                 ~np.isfinite(values),
@@ -945,13 +950,7 @@ class _Run:
             _control(v, f"workload.{name}", _Text(getattr(w, name)))
         for name in ("model_size_b", "accelerator_memory_gb", "cpu_per_node", "memory_per_node_gb"):
             x = np.asarray(getattr(w, name), np.float64)
-            v.request(
-                ~np.isfinite(x) | (x < 0),
-                lambda r, x=x, name=name: (
-                    f"workload.{name}",
-                    f"must be finite and >= 0, got {float(x[r])}",
-                ),
-            )
+            _finite_at_least_0(v, f"workload.{name}", x, "")
             _quantity(v, f"workload.{name}", x)
         acc = w.accelerators
         v.request(acc < 0, lambda r: ("workload.accelerators", f"must be >= 0, got {int(acc[r])}"))
@@ -976,13 +975,7 @@ class _Run:
         for name in ("slo_seconds", "work_units"):
             x = np.asarray(getattr(w, name), np.float64)
             set_ = ~np.isnan(x)
-            v.request(
-                set_ & ~(np.isfinite(x) & (x > 0)),
-                lambda r, x=x, name=name: (
-                    f"workload.{name}",
-                    f"must be finite and > 0 when set, got {float(x[r])}",
-                ),
-            )
+            _positive_when_set(v, f"workload.{name}", x)
             _quantity(v, f"workload.{name}", np.where(set_, x, 0.0))
 
     # --- options ----------------------------------------------------------
@@ -1143,14 +1136,7 @@ class _Run:
                 ),
             )
         for name in ("zone", "locality"):
-            text = _Text(getattr(st, name))
-            self.node_rule(
-                text.control(),
-                lambda i, g, text=text, name=name: (
-                    f"state.{name}[{i}]",
-                    _text_refusal(text.value(g)),
-                ),
-            )
+            self.node_texts(name, _Text(getattr(st, name)))
         if len(st.label_offsets):
             labels = _Text(st.labels)
             bad_label = labels.control()
@@ -1180,20 +1166,15 @@ class _Run:
             offsets = getattr(w, f"{name}_offsets")
             if not len(offsets):
                 continue
-            text = _Text(getattr(w, name))
-            bad = _counts_in(text.control(), np.asarray(offsets, np.int64)) > 0
-
-            def first_sorted(r: int, offsets: I64 = offsets, text: _Text = text) -> str:
-                values = sorted(text.s.values(int(offsets[r]), int(offsets[r + 1])))
-                return next(x for x in values if _has_control(x))
-
-            v.request(
-                bad,
-                lambda r, name=name, first_sorted=first_sorted: (
-                    f"workload.{name}",
-                    _text_refusal(first_sorted(r)),
-                ),
+            _set_texts(
+                v, f"workload.{name}", np.asarray(offsets, np.int64), _Text(getattr(w, name))
             )
+
+    def node_texts(self, name: str, text: _Text) -> None:
+        """No control character in ``state.<name>[i]``."""
+        self.node_rule(
+            text.control(), lambda i, g: (f"state.{name}[{i}]", _text_refusal(text.value(g)))
+        )
 
     # --- support ----------------------------------------------------------
 
@@ -1246,6 +1227,39 @@ def _counts_sum(values: NDArray[np.generic], offsets: I64) -> I64:
     total = np.zeros(len(values) + 1, dtype=np.int64)
     np.cumsum(values, dtype=np.int64, out=total[1:])
     return total[offsets[1:]] - total[offsets[:-1]]
+
+
+def _finite_at_least_0(
+    v: _Verdicts,
+    field: str,
+    x: NDArray[np.float64],
+    when: str,
+    shown: NDArray[np.float64] | None = None,
+) -> None:
+    shown = x if shown is None else shown
+    v.request(
+        ~np.isfinite(x) | (x < 0),
+        lambda r: (field, f"must be finite and >= 0{when}, got {float(shown[r])}"),
+    )
+
+
+def _positive_when_set(v: _Verdicts, field: str, x: NDArray[np.float64]) -> None:
+    v.request(
+        ~np.isnan(x) & ~(np.isfinite(x) & (x > 0)),
+        lambda r: (field, f"must be finite and > 0 when set, got {float(x[r])}"),
+    )
+
+
+def _set_texts(v: _Verdicts, field: str, offsets: I64, text: _Text) -> None:
+    """No control character in a workload's string set (named unindexed, the first
+    offending value in sorted order, as check_request_texts names it)."""
+    bad = _counts_in(text.control(), offsets) > 0
+
+    def first_sorted(r: int) -> str:
+        values = sorted(text.s.values(int(offsets[r]), int(offsets[r + 1])))
+        return next(x for x in values if _has_control(x))
+
+    v.request(bad, lambda r: (field, _text_refusal(first_sorted(r))))
 
 
 def _has_control(text: str) -> bool:
@@ -1381,7 +1395,8 @@ def _production(v: _Verdicts, p: ProductionColumns, present: Mask, n_options: I6
     # the sum: numpy's (pairwise) sum decides where it is clearly in or out; math.fsum,
     # what validate_request uses, decides the rows near the tolerance's edge
     total = np.zeros(len(probs) + 1, np.float64)
-    np.cumsum(probs, out=total[1:])
+    # (a NaN or inf row is refused above; zeroed here so it cannot spoil later sums)
+    np.cumsum(np.where(np.isfinite(probs), probs, 0.0), out=total[1:])
     approx = total[po[1:]] - total[po[:-1]] + defer
     off = np.abs(approx - 1.0)
     near = has & ~v.refused & (np.abs(off - SUM_TOLERANCE) < 1e-9 + 1e-12 * k)
@@ -1484,13 +1499,7 @@ def validate_outcome_batch(
         x = np.asarray(getattr(cols, name), np.float64)
         if not len(x):
             continue
-        v.request(
-            ~np.isnan(x) & ~(np.isfinite(x) & (x >= 0)),
-            lambda r, x=x, name=name: (
-                name,
-                f"must be finite and >= 0 when set, got {float(x[r])}",
-            ),
-        )
+        _finite_at_least_0(v, name, np.where(np.isnan(x), 0.0, x), " when set", x)
     p = cols.production
     if len(p.present) and p.present.any():
         present = np.asarray(p.present, np.bool_)
