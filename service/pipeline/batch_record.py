@@ -32,6 +32,7 @@ this one), so a bad header is refused, never read as other rows.
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 import zlib
 from dataclasses import dataclass
@@ -39,7 +40,10 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from service.contract import MirrorRequest, Outcome, RequestLimits
+from service.contract.batch import RequestBatch
 from service.pipeline.journal_format import RecordKind
+from service.wire.understudy.v1 import batch_pb2
 
 MAGIC = b"UJB1"
 VERSION = 1
@@ -171,3 +175,39 @@ def unpack(payload: bytes, kind: RecordKind | None = None) -> BatchRecord:
         else None
     )
     return BatchRecord(record_kind, rows, digests, int(n_batch), payload[meta_end:])
+
+
+_REPLAY_LIMITS = RequestLimits(
+    **{f.name: 2**31 - 1 for f in dataclasses.fields(RequestLimits) if f.type in (int, "int")}
+)
+"""What reading a journaled batch back allows (no bound): ingest applied the configured
+limits already, and a record must read back whatever they were when it was accepted."""
+
+
+def _batch(record: BatchRecord) -> RequestBatch:
+    from service.wire.batch_codec import batch_from_pb  # the scorer's side only
+
+    return batch_from_pb(batch_pb2.MirrorBatch.FromString(record.body), _REPLAY_LIMITS)
+
+
+def requests_of(record: BatchRecord) -> list[MirrorRequest]:
+    """The accepted requests of a mirror batch record, in row order.
+
+    Raises:
+        DecodeError, InvalidInput: the body does not decode (it did at ingest).
+    """
+    return _batch(record).requests(record.rows.tolist())
+
+
+def outcomes_of(record: BatchRecord) -> list[Outcome]:
+    """The accepted outcomes of an outcome batch record, in row order."""
+    from service.wire.batch_codec import outcomes_from_pb  # the scorer's side only
+
+    cols = outcomes_from_pb(batch_pb2.OutcomeBatch.FromString(record.body), _REPLAY_LIMITS)
+    return cols.outcomes(record.rows.tolist())
+
+
+def request_ids_of(record: BatchRecord) -> list[str]:
+    """The ``request_id`` of each accepted row of a mirror batch record, in row order."""
+    batch = _batch(record)
+    return [batch.request_id[r] for r in record.rows.tolist()]

@@ -5,8 +5,11 @@ A record the database refuses every time — a bug, or an input the validator
 should have caught — must not stop the scorer for good, and must not be lost
 either: after `poison_attempts` failed writes the scorer bisects the batch,
 commits everything else, and writes each refused record's raw payload here,
-one file per journal sequence, with the reason beside it. Nothing acked is
-dropped; on-call sees `understudy_dead_letters_total` move.
+one file per journal sequence, with the reason beside it. A request of a batch
+record (`RecordKind.MIRROR_BATCH`) is set aside alone, as its single-request
+protobuf, in a file named by the record's sequence and its row
+(``<seq>-<row>.pb``). Nothing acked is dropped; on-call sees
+`understudy_dead_letters_total` move.
 """
 
 from __future__ import annotations
@@ -27,10 +30,17 @@ class DeadLetter:
     request_id: str
     payload: bytes
     reason: str
+    row: int | None = None
+    """Its row in a batch record (None: a single-request record)."""
+
+    @property
+    def name(self) -> str:
+        """The file name stem: the seq, and for a batch record's request its row."""
+        return f"{self.seq:020d}" if self.row is None else f"{self.seq:020d}-{self.row:06d}"
 
 
 class DeadLetterBox:
-    """A directory of refused records: `<seq>.pb` (the journal payload) and `<seq>.json`."""
+    """A directory of refused records: `<name>.pb` (the request's payload) and `<name>.json`."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
@@ -38,8 +48,8 @@ class DeadLetterBox:
     def put(self, letter: DeadLetter) -> Path:
         """Store `letter` durably (fsync) and return the payload's path."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        payload_path = self.directory / f"{letter.seq:020d}.pb"
-        meta_path = self.directory / f"{letter.seq:020d}.json"
+        payload_path = self.directory / f"{letter.name}.pb"
+        meta_path = self.directory / f"{letter.name}.json"
         for path, data in (
             (payload_path, letter.payload),
             (
@@ -49,6 +59,7 @@ class DeadLetterBox:
                         "seq": letter.seq,
                         "kind": letter.kind,
                         "request_id": letter.request_id,
+                        "row": letter.row,
                         "reason": letter.reason,
                         "at": time.time(),
                     }

@@ -5,9 +5,11 @@ The scorer computes feasibility once per micro-batch (`make_batch`, which keeps
 request into the stored form — little-endian uint16, one per option, bit i set
 when ``SIGNALS[i]`` fired — keyed by journal sequence number, so a sub-batch
 (the scorer's bisection after a refused write) finds its requests' bits without
-any realignment. Only when no policy scored the batch (every one quarantined)
-is the feasibility function run here, so a request is never checked twice and
-its row always says why each option was masked.
+any realignment (a request of a batch record, which shares its record's seq, is
+keyed by ``(seq, row)``: `LoggedRequest.key`). Only when no policy scored the
+batch (every one quarantined) is the feasibility function run here, so a
+request is never checked twice and its row always says why each option was
+masked.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from service.contract import MirrorRequest
 from service.contract.feasibility import check_feasibility_batch
 from service.policies.base import ScoringBatch
 
+RequestKey = int | tuple[int, int]
+"""A request's journal seq, or ``(seq, row)`` for a request of a batch record."""
+
 BITS_DTYPE = np.dtype("<u2")
 """Layout of ``requests.feasibility_bits``: one little-endian uint16 per option."""
 
@@ -32,13 +37,13 @@ class LoggedFeasibility:
 
     Attributes:
         version: the feasibility function's version (``requests.feasibility_version``).
-        bits: journal seq -> ``requests.feasibility_bits`` of that request.
+        bits: request key (journal seq, or ``(seq, row)``) -> ``requests.feasibility_bits``.
     """
 
     version: str
-    bits: Mapping[int, bytes]
+    bits: Mapping[RequestKey, bytes]
 
-    def of(self, seq: int) -> tuple[str | None, bytes | None]:
+    def of(self, seq: RequestKey) -> tuple[str | None, bytes | None]:
         """``(version, bits)`` for the request at `seq`; ``(None, None)`` if not known."""
         found = self.bits.get(seq)
         return (self.version, found) if found is not None else (None, None)
@@ -50,12 +55,12 @@ def pack_bits(bits: NDArray[np.integer]) -> bytes:
 
 
 def logged_feasibility(
-    seqs: Sequence[int], requests: Sequence[MirrorRequest], scored: ScoringBatch | None
+    seqs: Sequence[RequestKey], requests: Sequence[MirrorRequest], scored: ScoringBatch | None
 ) -> LoggedFeasibility:
     """Each request's stored bits, from the batch that scored them (or one pass if none did).
 
     Args:
-        seqs: journal sequence numbers, one per request.
+        seqs: journal sequence numbers (or `LoggedRequest.key`), one per request.
         requests: the requests, in the order `scored` holds them.
         scored: the batch the policies ran on; None when no policy ran.
     """

@@ -36,9 +36,15 @@ from numpy.typing import NDArray
 
 from service.contract import InvalidInput, MirrorRequest, Outcome, RequestLimits
 from service.contract.batch import OutcomeColumns, RequestBatch
+from service.contract.batch_identity import request_digests
+from service.contract.batch_validation import (
+    IndexedRefusal,
+    validate_batch,
+    validate_outcome_batch,
+)
 from service.contract.errors import ConflictingRequest
 from service.contract.identity import content_sha256
-from service.contract.rejections import RejectionReason, refusal_of
+from service.contract.rejections import RejectionReason
 from service.contract.validation import validate_outcome, validate_request
 from service.metrics import ServiceMetrics, field_label
 from service.pipeline import batch_record
@@ -74,17 +80,6 @@ class IngestResult:
 
 MirrorDecoder = Callable[[], tuple[MirrorRequest, bytes]]
 OutcomeDecoder = Callable[[], tuple[Outcome, bytes]]
-
-
-@dataclass(frozen=True, slots=True)
-class IndexedRefusal:
-    """INTERIM (helper B's `service.contract.batch_validation.IndexedRefusal` replaces it):
-    one refused request of a batch, by its position in what was sent."""
-
-    index: int
-    field: str
-    message: str
-    reason: RejectionReason
 
 
 class DecodedRequests(Protocol):
@@ -166,53 +161,23 @@ class BatchResult:
         return self.accepted + self.shed + self.rejected
 
 
-@dataclass(frozen=True, slots=True)
-class BatchVerdictLike:
-    """INTERIM (helper B's `BatchVerdict`): which rows are valid, and the refused ones."""
-
-    ok: NDArray[np.bool_]
-    refusals: tuple[IndexedRefusal, ...]
-
-
-def _refusal(index: int, exc: InvalidInput) -> IndexedRefusal:
-    refusal = refusal_of(exc)
-    reason = refusal.reason if refusal is not None else RejectionReason.INVALID_VALUE
-    return IndexedRefusal(index, exc.field, exc.problem, reason)
-
-
-def _validate_batch(batch: RequestBatch, limits: RequestLimits) -> BatchVerdictLike:
-    """INTERIM until helper B's `validate_batch` lands: one `validate_request` per request
-    (builds a Python request per row: the accept path's cost until then)."""
-    ok = np.ones(batch.n_requests, dtype=np.bool_)
-    refusals = []
-    for i, request in enumerate(batch.requests()):
-        try:
-            validate_request(request, limits)
-        except InvalidInput as exc:
-            ok[i] = False
-            refusals.append(_refusal(i, exc))
-    return BatchVerdictLike(ok, tuple(refusals))
-
-
-def _validate_outcome_batch(cols: OutcomeColumns, limits: RequestLimits) -> BatchVerdictLike:
-    """INTERIM until helper B's `validate_outcome_batch` lands."""
-    ok = np.ones(cols.n_outcomes, dtype=np.bool_)
-    refusals = []
-    for i, outcome in enumerate(cols.outcomes()):
-        try:
-            validate_outcome(outcome, limits)
-        except InvalidInput as exc:
-            ok[i] = False
-            refusals.append(_refusal(i, exc))
-    return BatchVerdictLike(ok, tuple(refusals))
-
-
 def _request_digests(batch: RequestBatch, rows: NDArray[np.intp]) -> NDArray[np.uint8]:
-    """INTERIM until helper C's `request_digests` lands: `content_sha256` of each row."""
-    out = np.empty((len(rows), 32), dtype=np.uint8)
-    for i, request in enumerate(batch.requests(rows.tolist())):
-        out[i] = np.frombuffer(content_sha256(request), dtype=np.uint8)
-    return out
+    """The identity digests of the valid `rows` of `batch`, (len(rows), 32).
+
+    One pass over the whole batch (`request_digests`: a row's digest depends on
+    that row alone). A refused row may hold what the columnar encoder cannot
+    index (a ``state_index`` out of range, say); only then are the valid rows
+    hashed one by one, as single requests (the same digest, by definition).
+    """
+    if len(rows) == batch.n_requests:
+        return request_digests(batch)
+    try:
+        return request_digests(batch)[rows]
+    except (IndexError, ValueError):  # a refused row the encoder cannot read
+        out = np.empty((len(rows), 32), dtype=np.uint8)
+        for i, request in enumerate(batch.requests(rows.tolist())):
+            out[i] = np.frombuffer(content_sha256(request), dtype=np.uint8)
+        return out
 
 
 CONFLICT_MESSAGE = (
@@ -239,6 +204,11 @@ class Ingest:
         # labelled children, looked up once: `labels()` costs microseconds on every ack
         self._counted: dict[tuple[str, str, str], Any] = {}
         self._timed: dict[str, Any] = {}
+
+    @property
+    def limits(self) -> RequestLimits:
+        """The size limits requests are held to (batch decoders read them too)."""
+        return self._limits
 
     def mirror(
         self, transport: str, decode: MirrorDecoder, *, canonical: bool = False
@@ -328,7 +298,12 @@ class Ingest:
             self._count_whole_batch(transport, "mirror", exc, started)
             raise
         batch = decoded.batch
-        verdict = _validate_batch(batch, self._limits)
+        try:
+            verdict = validate_batch(batch, self._limits)
+        except InvalidInput as exc:  # columns that cannot be read into requests
+            exc.n_sent = decoded.n_sent  # type: ignore[attr-defined]
+            self._count_whole_batch(transport, "mirror", exc, started)
+            raise
         ok_rows = np.flatnonzero(verdict.ok)
         refusals = list(decoded.refusals)
         sent_at = decoded.index
@@ -396,7 +371,12 @@ class Ingest:
             self._count_whole_batch(transport, "outcome", exc, started)
             raise
         cols = decoded.outcomes
-        verdict = _validate_outcome_batch(cols, self._limits)
+        try:
+            verdict = validate_outcome_batch(cols, self._limits)
+        except InvalidInput as exc:
+            exc.n_sent = decoded.n_sent  # type: ignore[attr-defined]
+            self._count_whole_batch(transport, "outcome", exc, started)
+            raise
         ok_rows = np.flatnonzero(verdict.ok)
         refusals = list(decoded.refusals)
         sent_at = decoded.index

@@ -34,6 +34,7 @@ from numpy.typing import NDArray
 
 from service.contract import MirrorRequest
 from service.contract.identity import content_sha256
+from service.pipeline import batch_record
 from service.pipeline.journal import IngestJournal
 from service.pipeline.journal_format import JournalClosed, RecordKind
 from service.wire.convert import mirror_request_from_pb
@@ -219,6 +220,17 @@ def mirror_from_payload(payload: bytes) -> MirrorRequest:
     return mirror_request_from_pb(contract_pb2.MirrorRequest.FromString(payload))
 
 
+def _remember_batch(index: RequestIndex, payload: bytes) -> int:
+    """Remember the accepted requests of a batch record, with the digests it carries."""
+    try:
+        held = batch_record.unpack(payload, RecordKind.MIRROR_BATCH)
+        ids = batch_record.request_ids_of(held)
+    except Exception:  # a record that no longer decodes is the scorer's to dead-letter
+        return 0
+    assert held.digests is not None
+    return sum(index.remember(rid, held.digests[i].tobytes()) for i, rid in enumerate(ids))
+
+
 def fill_from_journal(
     index: RequestIndex,
     journal: IngestJournal,
@@ -232,7 +244,8 @@ def fill_from_journal(
     not yet reclaimed), so after a restart this is the recent traffic — what
     a client is most likely to re-send. Reads at most `index.capacity`
     records' worth of mirrors from the oldest kept; records that no longer
-    decode are skipped (the scorer dead-letters them). `decode` turns a
+    decode are skipped (the scorer dead-letters them). A batch record's
+    accepted requests are remembered with the digests the record carries. `decode` turns a
     payload into its contract request (``request_id`` and content).
 
     Cheap enough to run once at startup on a background thread: ids that
@@ -247,6 +260,9 @@ def fill_from_journal(
                 break
             for record in records:
                 after = record.seq
+                if record.kind is RecordKind.MIRROR_BATCH:
+                    filled += _remember_batch(index, record.payload)
+                    continue
                 if record.kind is not RecordKind.MIRROR:
                     continue
                 known = record.decoded

@@ -23,8 +23,9 @@ from collections.abc import Callable, Sequence
 
 from google.protobuf.message import DecodeError
 
-from service.contract import FeatureFunction, InvalidInput, MirrorRequest
+from service.contract import FeatureFunction, InvalidInput
 from service.contract.errors import Unavailable
+from service.pipeline import batch_record
 from service.pipeline.dead_letter import DeadLetter, DeadLetterBox
 from service.pipeline.feasibility_log import logged_feasibility
 from service.pipeline.journal import IngestJournal
@@ -41,6 +42,7 @@ from service.pipeline.scorer_types import (
     SinkResult,
     StopSignal,
     decode,
+    logged_items,
 )
 from service.pipeline.scoring import REFERENCE_BATCH, ScoredDecision, score_requests
 from service.policies.base import DecisionStatus, Policy, ScoringBatch
@@ -60,6 +62,7 @@ __all__ = [
     "SinkResult",
     "StopSignal",
     "decode",
+    "logged_items",
 ]
 
 log = logging.getLogger(__name__)
@@ -114,14 +117,15 @@ class BatchScorer:
         outcomes: list[LoggedOutcome] = []
         for record in records:
             try:
-                item = decode(record)
-            except (DecodeError, InvalidInput) as exc:  # validated at ingest: should not happen
+                items = logged_items(record)
+            except (DecodeError, InvalidInput, ValueError) as exc:  # validated at ingest
                 log.error("journal record %s is undecodable, skipped: %s", record.seq, exc)
                 continue
-            if isinstance(item, MirrorRequest):
-                requests.append(LoggedRequest(record.seq, item, record.payload, record.appended_at))
-            else:
-                outcomes.append(LoggedOutcome(record.seq, item, record.appended_at, record.payload))
+            for item in items:
+                if isinstance(item, LoggedRequest):
+                    requests.append(item)
+                else:
+                    outcomes.append(item)
         policies = [p for p in self._policies() if self.quarantine.is_active(str(p.name))]
         decisions: list[ScoredDecision] = []
         runs: list[PolicyRun] = []
@@ -146,7 +150,7 @@ class BatchScorer:
             feature_hash=self._features.definition_hash,
             last_seq=records[-1].seq,
             feasibility=logged_feasibility(
-                [r.seq for r in requests], [r.request for r in requests], scored
+                [r.key for r in requests], [r.request for r in requests], scored
             ),
         )
         return self._write_until_committed(batch)
@@ -236,9 +240,13 @@ class BatchScorer:
     def _dead_letter(self, item: LoggedRequest | LoggedOutcome, reason: str) -> None:
         assert self.dead_letters is not None
         if isinstance(item, LoggedRequest):
-            letter = DeadLetter(item.seq, "mirror", item.request.request_id, item.payload, reason)
+            letter = DeadLetter(
+                item.seq, "mirror", item.request.request_id, item.payload, reason, item.row
+            )
         else:
-            letter = DeadLetter(item.seq, "outcome", item.outcome.request_id, item.payload, reason)
+            letter = DeadLetter(
+                item.seq, "outcome", item.outcome.request_id, item.payload, reason, item.row
+            )
         path = self.dead_letters.put(letter)
         self._observer.on_dead_letter(letter.kind)
         log.error(
@@ -248,6 +256,22 @@ class BatchScorer:
             path,
             reason,
         )
+
+
+def _up_to(records: list[JournalRecord], most: int) -> list[JournalRecord]:
+    """The leading records holding at most `most` items in all (at least one record)."""
+    total = 0
+    for i, record in enumerate(records):
+        if record.kind in batch_record.BATCH_KINDS:
+            try:
+                total += batch_record.row_count(record.payload)
+            except ValueError:  # undecodable: the scorer logs and skips it
+                total += 1
+        else:
+            total += 1
+        if total > most and i:
+            return records[:i]
+    return records
 
 
 class ScorerLoop:
@@ -281,8 +305,16 @@ class ScorerLoop:
         return self._handler.sink_error
 
     def step(self) -> int:
-        """Score and log one batch; returns the number of journal records consumed."""
-        records = self._journal.read(self.CONSUMER, self._config.max_batch)
+        """Score and log one batch; returns the number of journal records consumed.
+
+        A batch holds at most `max_batch` requests (and outcomes), however they
+        were journaled: a batch record counts as its rows, and a step takes
+        whole records only (at least one), so the checkpoint stays on a
+        record boundary.
+        """
+        records = _up_to(
+            self._journal.read(self.CONSUMER, self._config.max_batch), self._config.max_batch
+        )
         if not records or not self._handler.score_and_write(records):
             return 0
         self._journal.commit(self.CONSUMER, records[-1].seq)

@@ -12,33 +12,55 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from service.contract import MirrorRequest, Outcome
+from service.pipeline import batch_record
 from service.pipeline.feasibility_log import LoggedFeasibility
 from service.pipeline.journal_format import JournalRecord, RecordKind
 from service.pipeline.scoring import ScoredDecision
 from service.policies.base import Policy
 from service.policies.runner import PolicyRun
-from service.wire.convert import mirror_request_from_pb, outcome_from_pb
+from service.wire.convert import (
+    mirror_request_from_pb,
+    mirror_request_to_pb,
+    outcome_from_pb,
+    outcome_to_pb,
+)
 from service.wire.understudy.v1 import contract_pb2
 
 
 @dataclass(frozen=True, eq=False)
 class LoggedRequest:
-    """An accepted request as the log stores it: raw payload kept for replay."""
+    """An accepted request as the log stores it: raw payload kept for replay.
+
+    A request of a batch record (`RecordKind.MIRROR_BATCH`) shares its record's
+    ``seq``; ``row`` is its row in the batch, and ``payload`` its own
+    single-request ``MirrorRequest`` protobuf (what the log keeps and a reviewer
+    replays), ``digest`` its identity digest as ingest computed it.
+    """
 
     seq: int
     request: MirrorRequest
     payload: bytes
     received_at: float
+    digest: bytes | None = None
+    """`content_sha256` of the request when ingest journaled it (None: compute it)."""
+    row: int | None = None
+    """Row in its batch record (None: a single-request record)."""
+
+    @property
+    def key(self) -> int | tuple[int, int]:
+        """Unique within a scored batch: the seq, or (seq, row) for a batch record's request."""
+        return self.seq if self.row is None else (self.seq, self.row)
 
 
 @dataclass(frozen=True, eq=False)
 class LoggedOutcome:
-    """An accepted outcome report."""
+    """An accepted outcome report (``row``: its row in a batch record, else None)."""
 
     seq: int
     outcome: Outcome
     received_at: float
     payload: bytes = b""
+    row: int | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -120,16 +142,60 @@ class ScorerConfig:
 
 
 def decode(record: JournalRecord) -> MirrorRequest | Outcome:
-    """The contract object of a journal record (validated at ingest already).
+    """The contract object of a single-request journal record (validated at ingest already).
 
     Ingest's own decoding of the payload is reused when the journal still holds
-    it (`JournalRecord.decoded`); otherwise the bytes are decoded here.
+    it (`JournalRecord.decoded`); otherwise the bytes are decoded here. A batch
+    record holds many: see `logged_items`.
     """
     if record.kind == RecordKind.MIRROR:
         if isinstance(record.decoded, MirrorRequest):
             return record.decoded
         return mirror_request_from_pb(contract_pb2.MirrorRequest.FromString(record.payload))
-    return outcome_from_pb(contract_pb2.Outcome.FromString(record.payload))
+    if record.kind == RecordKind.OUTCOME:
+        return outcome_from_pb(contract_pb2.Outcome.FromString(record.payload))
+    raise ValueError(f"journal record {record.seq} is a batch ({record.kind.name}): logged_items")
+
+
+def logged_items(record: JournalRecord) -> list[LoggedRequest] | list[LoggedOutcome]:
+    """What one journal record logs: one request or outcome, or a batch record's accepted ones.
+
+    A batch record's requests keep the record's seq and carry their row, their
+    digest (from the record: not computed again) and their own single-request
+    protobuf as payload, so the log, replay and dead letters see exactly the
+    records a single-request ingest would have journaled.
+
+    Raises:
+        DecodeError, InvalidInput, BatchRecordCorrupt: the record does not decode.
+    """
+    kind, seq, at = record.kind, record.seq, record.appended_at
+    if kind == RecordKind.MIRROR_BATCH:
+        held = batch_record.unpack(record.payload, RecordKind.MIRROR_BATCH)
+        digests = held.digests
+        assert digests is not None  # unpack checks a mirror batch record carries them
+        rows = held.rows.tolist()
+        return [
+            LoggedRequest(
+                seq,
+                request,
+                mirror_request_to_pb(request).SerializeToString(),
+                at,
+                digests[i].tobytes(),
+                rows[i],
+            )
+            for i, request in enumerate(batch_record.requests_of(held))
+        ]
+    if kind == RecordKind.OUTCOME_BATCH:
+        held = batch_record.unpack(record.payload, RecordKind.OUTCOME_BATCH)
+        rows = held.rows.tolist()
+        return [
+            LoggedOutcome(seq, outcome, at, outcome_to_pb(outcome).SerializeToString(), rows[i])
+            for i, outcome in enumerate(batch_record.outcomes_of(held))
+        ]
+    item = decode(record)
+    if isinstance(item, MirrorRequest):
+        return [LoggedRequest(seq, item, record.payload, at)]
+    return [LoggedOutcome(seq, item, at, record.payload)]
 
 
 class StopSignal(Protocol):

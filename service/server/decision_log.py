@@ -122,7 +122,8 @@ class DecisionLogSink:
                     logged.received_at,
                     batch.feature_version,
                     batch.feature_hash,
-                    *feasibility.of(logged.seq),
+                    *feasibility.of(logged.key),
+                    content_digest=logged.digest,
                 )
                 requests.append(row)
                 if snapshot is not None:

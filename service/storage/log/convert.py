@@ -43,6 +43,8 @@ def rows_from(
     feature_hash: str,
     feasibility_version: str | None = None,
     feasibility_bits: bytes | None = None,
+    *,
+    content_digest: bytes | None = None,
 ) -> tuple[RequestRow, SnapshotRow | None]:
     """The request row and its cluster-state snapshot row for one journaled mirror.
 
@@ -55,6 +57,8 @@ def rows_from(
         feature_version, feature_hash: the feature definition used to score it.
         feasibility_version, feasibility_bits: the per-option signal bits of the
             scoring pass (`service.pipeline.feasibility_log`); None: not known.
+        content_digest: `content_sha256` of `request` when already known (ingest computed it
+            for a batch record's request); None: computed here.
 
     Returns:
         ``(request_row, snapshot_row)``; the snapshot is None when the payload
@@ -97,7 +101,7 @@ def rows_from(
         # chosen action's probability in it (service.contract.production)
         production_propensity=effective_propensity(production) if production is not None else None,
         production_probabilities_f64=pack_production_distribution(production),
-        content_sha256=content_sha256(request),
+        content_sha256=(content_digest if content_digest is not None else content_sha256(request)),
         feasibility_version=feasibility_version if feasibility_bits is not None else None,
         feasibility_bits=feasibility_bits,
         qos_class=workload.qos_class,
