@@ -81,8 +81,12 @@ def ack_verdicts(rejections: Any) -> dict[int, Verdict]:
     """The refusals of a BatchAck (or the HTTP reply's list) by index."""
     out = {}
     for r in rejections:
-        get = r.get if isinstance(r, dict) else lambda k, r=r: getattr(r, k)
-        out[int(get("index"))] = (get("field"), get("reason"), get("message"))
+        row = (
+            r
+            if isinstance(r, dict)
+            else {k: getattr(r, k) for k in ("index", "field", "reason", "message")}
+        )
+        out[int(row["index"])] = (str(row["field"]), str(row["reason"]), str(row["message"]))
     return out
 
 
