@@ -17,6 +17,7 @@ import json
 import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -40,6 +41,7 @@ from tests.transport.batch_helpers import (
     truncate,
     with_ids,
 )
+from tests.transport.test_http_ingest_routes import LIMIT, TOKEN, Pair, _serve
 
 PROTOBUF = {"content-type": "application/x-protobuf"}
 JSON = {"content-type": "application/json"}
@@ -138,6 +140,10 @@ def test_a_batch_whose_every_request_is_refused_is_400(
     body = reply.json()
     assert (body["accepted"], body["rejected"], body["whole_batch"]) == (0, 2, False)
     assert [r["index"] for r in body["rejections"]] == [0, 1]
+    as_json = http.post("/v1/mirror/batch", content=_json_body(msg), headers=JSON)
+    assert as_json.status_code == 400
+    assert as_json.json() == body  # the JSON form: every row refused while decoding
+    assert journaled(service) == []
 
 
 def test_content_type_size_and_auth_are_checked(
@@ -231,3 +237,41 @@ def test_the_batch_routes_are_in_the_openapi_document(service: Service, http: ht
         assert set(content) == {"application/json", "application/x-protobuf"}
         assert content["application/json"]["schema"]["required"] == [key]
         assert {"200", "400", "401", "413", "415"} <= set(post["responses"])
+
+
+def test_the_fast_path_answers_batches_as_fastapi_routing_does(
+    tmp_path: Path, requests_sample: list[MirrorRequest]
+) -> None:
+    """The same handlers behind FastAPI's routing (``fast_ingest=False``) give the same
+    status and body for every case; sent to both, the second copy of a request is a
+    duplicate, so even the counts agree."""
+    made = Pair(tmp_path, offload=False)
+    good = {"authorization": f"Bearer {TOKEN}"}
+    msg = _spoiled(requests_sample, 5, "f", {1: "gang_size"})
+    unreadable = encode(with_ids(requests_sample, 3, "u"))
+    truncate(unreadable)
+    cases = [
+        ("/v1/mirror/batch", good | PROTOBUF, msg.SerializeToString()),
+        ("/v1/mirror/batch", good | JSON, _json_body(msg)),
+        ("/v1/mirror/batch", good | PROTOBUF, unreadable.SerializeToString()),
+        ("/v1/mirror/batch", good | {"content-type": "text/csv"}, b"a,b"),
+        ("/v1/mirror/batch", PROTOBUF, msg.SerializeToString()),
+        ("/v1/mirror/batch", good | PROTOBUF, b"\0" * (LIMIT + 1)),
+        (
+            "/v1/outcomes/batch",
+            good | JSON,
+            b'{"outcomes": [{"request_id": "o", "observed_at": 1e9}]}',
+        ),
+    ]
+    try:
+        with _serve(made.apps[0]) as fast, _serve(made.apps[1]) as routed:
+            for path, headers, content in cases:
+                replies = [
+                    httpx.post(url + path, content=content, headers=headers, timeout=10)
+                    for url in (fast, routed)
+                ]
+                assert replies[0].status_code == replies[1].status_code, path
+                assert replies[0].content == replies[1].content, (path, headers)
+                assert replies[0].headers["content-type"] == replies[1].headers["content-type"]
+    finally:
+        made.journal.close()
