@@ -43,8 +43,10 @@ that recomputes ``request_identities.content_sha256`` (as 0014 does).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
+import math
 import struct
 from collections.abc import Sequence
 from typing import Any
@@ -54,6 +56,8 @@ from numpy.typing import NDArray
 
 from service.contract.batch import RequestBatch, Strings
 from service.contract.hardware import CAPABILITIES, HardwareClass
+from service.contract.request import MirrorRequest
+from service.contract.state import ClusterState
 
 REQUEST_TAG = b"understudy.request.identity.v1\x00"
 """Starts every request's encoding; a new encoding is a new tag."""
@@ -289,8 +293,11 @@ def _canonical_sets(
     value_offsets = _string_offsets(strings, n)[: n + 1]
     if n < 2:
         return Strings(strings.utf8, value_offsets), seg_offsets
+    per_segment = _diff(seg_offsets)
+    if int(per_segment.max()) < 2:  # no segment holds two values: nothing to order
+        return Strings(strings.utf8, value_offsets), seg_offsets
     lengths = _diff(value_offsets)
-    segment = np.repeat(np.arange(n_segments), _diff(seg_offsets))
+    segment = np.repeat(np.arange(n_segments), per_segment)
     width = int(lengths.max())
     if n * width > max_padded:
         return _canonical_sets_slowly(strings, value_offsets, seg_offsets)
@@ -335,7 +342,9 @@ def _canonical_sets_slowly(
     )
 
 
+@functools.lru_cache(maxsize=4096)
 def _hardware_bytes(h: HardwareClass) -> bytes:
+    """A class's encoding; cached, as a fleet has a few classes sent in every snapshot."""
     name = h.name.encode()
     numbers: list[Any] = []
     for attr in CAPABILITIES:
@@ -540,3 +549,167 @@ def request_digests(batch: RequestBatch) -> NDArray[np.uint8]:
     if batch.n_requests == 0:
         return np.zeros((0, DIGEST_SIZE), dtype=np.uint8)
     return _digests(*request_encodings(batch))
+
+
+# --- one request, straight from its object ------------------------------------------------
+#
+# The same encoding as `request_encodings(RequestBatch.from_requests([request]))`, byte for
+# byte, built from the request's own arrays: a single request does not pay the conversion
+# to columns and the fixed cost of the batch's array work (~10x the hashing itself).
+# tests/contract/test_batch_identity.py holds the two equal on every request and every
+# single change of one it makes; change both together or neither.
+
+_REQUEST_STRUCT = struct.Struct(
+    "<32sd6q"  # state digest, request time, six string byte lengths
+    "diddd2i"  # model size, accelerators, accelerator memory, cpu, memory, gang, priority
+    "BdBdBd3q"  # slo, work units, share (optional); three set counts
+    "Bd"  # quota (optional)
+    "BiBdBdq"  # production: present, option, propensity, defer, probabilities
+    "2q2Bq"  # options, entries, ids sent, devices named, named devices
+)
+_HEADER_STRUCT = struct.Struct("<3qBqB")
+assert _REQUEST_STRUCT.size == _REQUEST_ROW.itemsize
+assert _HEADER_STRUCT.size == _STATE_HEADER.itemsize
+
+
+def _utf8(values: Sequence[str]) -> tuple[bytes, NDArray[np.int64]]:
+    """`values` as UTF-8 concatenated, and each one's byte length."""
+    text = "".join(values)
+    if text.isascii():  # one byte per character
+        return text.encode(), np.fromiter(map(len, values), dtype=_I64, count=len(values))
+    encoded = [v.encode() for v in values]
+    return b"".join(encoded), np.fromiter(map(len, encoded), dtype=_I64, count=len(encoded))
+
+
+def _optional(value: float | None) -> tuple[int, float]:
+    if value is None or math.isnan(value):
+        return 0, 0.0
+    return 1, float(value)
+
+
+def _set_parts(values: frozenset[str]) -> tuple[int, bytes, bytes]:
+    ordered = sorted(values)
+    data, lengths = _utf8(ordered)
+    return len(ordered), lengths.tobytes(), data
+
+
+def _state_encoding(s: ClusterState) -> bytes:
+    n = len(s.node_ids)
+    node_ids, node_id_bytes = _utf8(s.node_ids)
+    zones, zone_bytes = _utf8(s.zone)
+    localities, locality_bytes = _utf8(s.locality)
+    label_values = [v for members in s.labels for v in sorted(members)]
+    labels, label_bytes = _utf8(label_values)
+    sent = len(s.device_offsets) > 0
+    rows = np.empty(n, dtype=_NODE_ROW)
+    rows["node_id_bytes"] = node_id_bytes
+    for name in (
+        "node_hardware",
+        "accelerators_free",
+        "accelerators_total",
+        "cpu_free",
+        "cpu_total",
+        "memory_free_gb",
+        "memory_total_gb",
+        "utilisation",
+        "queue_length",
+    ):
+        rows[name] = getattr(s, name)
+    rows["healthy"] = np.asarray(s.healthy).view(np.uint8) != 0
+    rows["draining"] = np.asarray(s.draining).view(np.uint8) != 0
+    rows["zone_bytes"] = zone_bytes
+    rows["locality_bytes"] = locality_bytes
+    rows["n_labels"] = [len(members) for members in s.labels]
+    parts = [STATE_TAG, b"", b"".join([_hardware_bytes(h) for h in s.hardware]), b""]
+    devices, ids_sent, n_devices = b"", False, 0
+    if sent:
+        offsets = np.asarray(s.device_offsets, dtype=np.int64)
+        rows["n_devices"] = _diff(offsets)
+        n_devices = int(offsets[-1] - offsets[0])
+        device_rows = np.empty(n_devices, dtype=_DEVICE_ROW)
+        for name in ("device_hardware", "device_free_share", "device_free_memory_gb"):
+            device_rows[name] = getattr(s, name)[:n_devices]
+        devices = device_rows.tobytes()
+        ids_sent = bool(s.device_ids)
+    else:
+        rows["n_devices"] = 0
+    parts[1] = _HEADER_STRUCT.pack(n, len(s.hardware), len(label_values), sent, n_devices, ids_sent)
+    parts[3] = rows.tobytes()
+    parts += [node_ids, zones, localities, label_bytes.tobytes(), labels, devices]
+    if ids_sent:
+        ids, id_bytes = _utf8(s.device_ids[:n_devices])
+        parts += [id_bytes.tobytes(), ids]
+    return b"".join(parts)
+
+
+def single_request_encoding(request: MirrorRequest) -> bytes:
+    """The canonical encoding of one request: equal to its `request_encodings` row in any
+    batch, built from the object without converting it to columns."""
+    w, o, p = request.workload, request.options, request.production
+    state = hashlib.sha256(_state_encoding(request.state)).digest()
+    strings = [
+        v.encode()
+        for v in (
+            request.request_id,
+            w.workload_id,
+            str(w.kind),
+            w.model_family,
+            w.tenant,
+            w.qos_class,
+        )
+    ]
+    sets = [_set_parts(w.allowed_hardware), _set_parts(w.affinity), _set_parts(w.anti_affinity)]
+    node_offsets = np.asarray(o.node_offsets, dtype=np.int64)
+    n_options = len(node_offsets) - 1
+    entries = int(node_offsets[-1] - node_offsets[0])
+    ids_sent = bool(o.option_ids)
+    named = len(o.device_offsets) > 0
+    n_named = int(o.device_offsets[-1] - o.device_offsets[0]) if named else 0
+    probabilities: tuple[float, ...] = ()
+    if p is not None and p.probabilities:
+        probabilities = p.probabilities
+    row = _REQUEST_STRUCT.pack(
+        state,
+        request.request_time,
+        *(len(s) for s in strings),
+        w.model_size_b,
+        w.accelerators,
+        w.accelerator_memory_gb,
+        w.cpu_per_node,
+        w.memory_per_node_gb,
+        w.gang_size,
+        w.priority,
+        *_optional(w.slo_seconds),
+        *_optional(w.work_units),
+        *_optional(w.accelerator_share),
+        *(count for count, _, _ in sets),
+        *_optional(request.quota_remaining),
+        p is not None,
+        p.option if p is not None else 0,
+        *_optional(p.propensity if p is not None else None),
+        *_optional(p.defer_probability if p is not None else None),
+        len(probabilities),
+        n_options,
+        entries,
+        ids_sent,
+        named,
+        n_named,
+    )
+    parts = [REQUEST_TAG, row, *strings]
+    for _, lengths, data in sets:
+        parts += [lengths, data]
+    parts += [
+        _diff(node_offsets).astype(_I64).tobytes(),
+        np.asarray(o.node_index[:entries], dtype=_I32).tobytes(),
+        np.asarray(o.accelerators[:entries], dtype=_I32).tobytes(),
+    ]
+    if ids_sent:
+        ids, id_bytes = _utf8(o.option_ids[:n_options])
+        parts += [id_bytes.tobytes(), ids]
+    if named:
+        parts += [
+            _diff(np.asarray(o.device_offsets, dtype=np.int64)).astype(_I64).tobytes(),
+            np.asarray(o.device_index[:n_named], dtype=_I32).tobytes(),
+        ]
+    parts.append(np.asarray(probabilities, dtype=_F64).tobytes())
+    return b"".join(parts)

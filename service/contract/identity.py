@@ -18,14 +18,18 @@ There is one definition, over batch columns
 (`service.contract.batch_identity.request_digests`, where the canonical
 encoding is described): a single request's digest is its digest as a batch of
 one, so ingest can hash a batch without building request objects and still
-agree with every single-request path. Outcomes have no digest: the writer
-compares them field by field (docs/storage.md, "Outcome join").
+agree with every single-request path. A single request is encoded straight
+from its object (`single_request_encoding`), to the same bytes as its row of
+any batch (held equal by tests/contract/test_batch_identity.py), so it does not
+pay a conversion to columns. Outcomes have no digest: the writer compares them
+field by field (docs/storage.md, "Outcome join").
 """
 
 from __future__ import annotations
 
-from service.contract.batch import RequestBatch
-from service.contract.batch_identity import request_digests
+import hashlib
+
+from service.contract.batch_identity import single_request_encoding
 from service.contract.request import MirrorRequest
 
 
@@ -33,8 +37,8 @@ def content_sha256(request: MirrorRequest) -> bytes:
     """sha256 (32 bytes) of the request's canonical encoding: equal iff two sends are the
     same request.
 
-    The one definition the ingest index and the decision-log writer both use; the
-    same as `request_digests` of any batch holding the request.
+    The one definition the ingest index and the decision-log writer both use; equal to
+    ``request_digests(RequestBatch.from_requests([request]))[0]`` and to the request's
+    row of `request_digests` of any batch holding it.
     """
-    digest: bytes = request_digests(RequestBatch.from_requests([request]))[0].tobytes()
-    return digest
+    return hashlib.sha256(single_request_encoding(request)).digest()

@@ -21,7 +21,11 @@ import pytest
 
 from service.contract import HardwareClass, MirrorRequest, ProductionDecision
 from service.contract.batch import RequestBatch, Strings
-from service.contract.batch_identity import request_digests, request_encodings
+from service.contract.batch_identity import (
+    request_digests,
+    request_encodings,
+    single_request_encoding,
+)
 from service.contract.identity import content_sha256
 from service.contract.state import frozen_array
 from service.environment.samples import sample_requests
@@ -226,7 +230,7 @@ def _array_changes(name: str, a: np.ndarray[Any, Any]) -> Iterator[np.ndarray[An
     yield frozen_array(b, a.dtype.type)
 
 
-def _value_changes(name: str, value: Any) -> Iterator[Any]:
+def _value_changes(name: str, value: Any, optional: bool = False) -> Iterator[Any]:
     """Single changes of one field's value, by the value's type."""
     if isinstance(value, np.ndarray):
         yield from _array_changes(name, value)
@@ -236,7 +240,8 @@ def _value_changes(name: str, value: Any) -> Iterator[Any]:
         yield value + 1
     elif isinstance(value, float):
         yield _next(value)
-        yield None
+        if optional:  # "not given" / "unknown"
+            yield None
     elif value is None:
         yield (1.0,) if name == "probabilities" else 2.5
     elif isinstance(value, str):
@@ -271,16 +276,16 @@ def _value_changes(name: str, value: Any) -> Iterator[Any]:
 
 def _dataclass_changes(obj: Any) -> Iterator[Any]:
     for f in dataclasses.fields(obj):
-        for changed in _value_changes(f.name, getattr(obj, f.name)):
+        optional = "None" in str(f.type)  # annotated `float | None`
+        for changed in _value_changes(f.name, getattr(obj, f.name), optional):
             yield dataclasses.replace(obj, **{f.name: changed})
 
 
 def _changes(r: MirrorRequest) -> Iterator[MirrorRequest]:
     """Every single change of one field of `r` this suite knows how to make."""
     for name in ("request_id", "request_time", "quota_remaining"):
-        for changed in _value_changes(name, getattr(r, name)):
-            if changed is not None or name == "quota_remaining":
-                yield dataclasses.replace(r, **{name: changed})
+        for changed in _value_changes(name, getattr(r, name), name == "quota_remaining"):
+            yield dataclasses.replace(r, **{name: changed})
     for part in ("state", "workload", "options"):
         for changed in _dataclass_changes(getattr(r, part)):
             yield dataclasses.replace(r, **{part: changed})
@@ -297,15 +302,21 @@ def _changes(r: MirrorRequest) -> Iterator[MirrorRequest]:
 
 
 def test_every_single_change_gives_another_digest(requests: list[MirrorRequest]) -> None:
+    """And the single-request encoding (straight from the object) is, on every one of them,
+    the request's row of the batch encoding byte for byte."""
     bases = [requests[0], requests[13], *requests[16:]]
     total = 0
     for base in bases:
         family = [base, *_changes(base)]
-        digests = _digest_list(RequestBatch.from_requests(family))
+        batch = RequestBatch.from_requests(family)
+        digests = _digest_list(batch)
         assert len(set(digests)) == len(family), [
             i for i, d in enumerate(digests) if digests.index(d) != i
         ]
-        assert digests[0] == content_sha256(base)
+        data, offsets = request_encodings(batch)
+        for i, r in enumerate(family):
+            assert single_request_encoding(r) == data[offsets[i] : offsets[i + 1]].tobytes()
+            assert content_sha256(r) == digests[i]
         total += len(family) - 1
     assert total > 500  # the changes reached every field, of every variant
 
