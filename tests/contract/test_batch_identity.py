@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.contract import HardwareClass, MirrorRequest, ProductionDecision
+from service.contract import HardwareClass, MirrorRequest, ProductionDecision, RequestLimits
 from service.contract.batch import RequestBatch, Strings
 from service.contract.batch_identity import (
     request_digests,
@@ -31,7 +31,9 @@ from service.contract.state import frozen_array
 from service.environment.samples import sample_requests
 from service.transport.http.convert import mirror_to_json
 from service.transport.http.decode import mirror_from_json
+from service.wire.batch_codec import batch_from_pb, batch_to_pb
 from service.wire.convert import mirror_request_from_pb, mirror_request_to_pb
+from service.wire.understudy.v1 import batch_pb2
 from service.wire.understudy.v1 import contract_pb2 as pb
 from tests.contract import v2_requests as v2
 
@@ -187,6 +189,20 @@ def test_sets_sent_unsorted_or_repeated_mean_the_same_request(
     assert _digest_list(scrambled) == expected
     # and the objects the scrambled columns mean (frozensets) say the same
     assert [content_sha256(r) for r in scrambled.requests()] == expected
+    # and so does the batch decoded from the wire, sets in the order the sender wrote them
+    wire = batch_to_pb(scrambled).SerializeToString()
+    decoded = batch_from_pb(batch_pb2.MirrorBatch.FromString(wire), RequestLimits())
+    assert decoded.states.labels.values() == labels.values()
+    assert _digest_list(decoded) == expected
+
+
+def test_a_batch_from_the_wire_has_its_requests_digests(requests: list[MirrorRequest]) -> None:
+    """`MirrorBatch` bytes, decoded to read-only views, hash as the single requests do."""
+    cycle = [dataclasses.replace(r, state=requests[0].state) for r in requests[1:4]]
+    sent = [*requests, *cycle]
+    wire = batch_to_pb(RequestBatch.from_requests(sent)).SerializeToString()
+    decoded = batch_from_pb(batch_pb2.MirrorBatch.FromString(wire), RequestLimits())
+    assert _digest_list(decoded) == [content_sha256(r) for r in sent]
 
 
 def test_not_given_is_not_given_whatever_nan_was_sent(requests: list[MirrorRequest]) -> None:
