@@ -23,6 +23,7 @@ from service.wire.convert import (
     mirror_request_to_pb,
     outcome_from_pb,
     outcome_to_pb,
+    state_to_pb,
 )
 from service.wire.understudy.v1 import contract_pb2
 
@@ -157,6 +158,19 @@ def decode(record: JournalRecord) -> MirrorRequest | Outcome:
     raise ValueError(f"journal record {record.seq} is a batch ({record.kind.name}): logged_items")
 
 
+def _payloads(requests: list[MirrorRequest]) -> list[bytes]:
+    """Each request's single-request protobuf; a snapshot the requests share (the same
+    `ClusterState`, as `RequestBatch.requests` gives them) is converted once."""
+    states: dict[int, contract_pb2.ClusterState] = {}
+    out = []
+    for request in requests:
+        state = states.get(id(request.state))
+        if state is None:
+            state = states[id(request.state)] = state_to_pb(request.state)
+        out.append(mirror_request_to_pb(request, state).SerializeToString())
+    return out
+
+
 def logged_items(record: JournalRecord) -> list[LoggedRequest] | list[LoggedOutcome]:
     """What one journal record logs: one request or outcome, or a batch record's accepted ones.
 
@@ -174,16 +188,10 @@ def logged_items(record: JournalRecord) -> list[LoggedRequest] | list[LoggedOutc
         digests = held.digests
         assert digests is not None  # unpack checks a mirror batch record carries them
         rows = held.rows.tolist()
+        requests = batch_record.requests_of(held)
         return [
-            LoggedRequest(
-                seq,
-                request,
-                mirror_request_to_pb(request).SerializeToString(),
-                at,
-                digests[i].tobytes(),
-                rows[i],
-            )
-            for i, request in enumerate(batch_record.requests_of(held))
+            LoggedRequest(seq, request, payload, at, digests[i].tobytes(), rows[i])
+            for i, (request, payload) in enumerate(zip(requests, _payloads(requests), strict=True))
         ]
     if kind == RecordKind.OUTCOME_BATCH:
         held = batch_record.unpack(record.payload, RecordKind.OUTCOME_BATCH)

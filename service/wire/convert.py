@@ -250,13 +250,19 @@ def _production_to_pb(p: ProductionDecision) -> pb.ProductionDecision:
     return msg
 
 
-def mirror_request_to_pb(r: MirrorRequest) -> pb.MirrorRequest:
-    """Protobuf form of a `MirrorRequest` (what the journal stores and clients send)."""
+def mirror_request_to_pb(
+    r: MirrorRequest, state: pb.ClusterState | None = None
+) -> pb.MirrorRequest:
+    """Protobuf form of a `MirrorRequest` (what the journal stores and clients send).
+
+    `state`, when given, is `state_to_pb(r.state)` already built (requests sharing
+    one snapshot, as a batch's do, convert it once).
+    """
     msg = pb.MirrorRequest(
         schema_version=r.schema_version,
         request_id=r.request_id,
         request_time=r.request_time,
-        state=state_to_pb(r.state),
+        state=state_to_pb(r.state) if state is None else state,
         workload=workload_to_pb(r.workload, r.schema_version),
         options=pb.PlacementOptions(
             node_offsets=r.options.node_offsets.tolist(),

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import grpc
 import numpy as np
 import pytest
 from google.protobuf.message import DecodeError
@@ -38,6 +39,8 @@ from service.pipeline.request_index import RequestIndex, fill_from_journal
 from service.pipeline.scorer import ScoredBatch, Scorer, ScorerConfig, SinkResult, logged_items
 from service.pipeline.scorer_metrics import ScorerMetrics
 from service.policies.baselines import FirstFit, LeastLoaded
+from service.policies.registry import Registry
+from service.server.app import Service
 from service.server.decision_log import DecisionLogSink
 from service.storage import (
     DecisionLogWriter,
@@ -58,7 +61,8 @@ from service.wire.batch_codec import (
     outcomes_to_pb,
 )
 from service.wire.convert import mirror_request_from_pb, mirror_request_to_pb
-from service.wire.understudy.v1 import batch_pb2, contract_pb2
+from service.wire.understudy.v1 import batch_pb2, contract_pb2, shadow_pb2_grpc
+from tests.transport.test_decision_log_e2e import wait_until
 
 LIMITS = RequestLimits()
 POLICIES = (FirstFit(), LeastLoaded())
@@ -537,3 +541,31 @@ def test_a_damaged_batch_header_is_refused_not_read_as_other_rows() -> None:
         batch_record.pack(RecordKind.MIRROR_BATCH, np.array([2, 1]), 6, b"", digests[:2])
     outcome = batch_record.pack(RecordKind.OUTCOME_BATCH, np.array([1]), 2, b"o")
     assert batch_record.unpack(outcome).digests is None
+
+
+@pytest.mark.live  # a real service and its scorer process
+def test_a_batch_mirrored_over_grpc_is_scored_in_the_scorer_process(
+    make_service: Callable[..., Service], runtime_token: str, requests_sample: list[MirrorRequest]
+) -> None:
+    """The child decodes batch records from the pipe's bytes (no decoded handoff)."""
+    baselines = Registry(
+        policies={"least-loaded": LeastLoaded(), "first-fit": FirstFit()}, predictors={}
+    )
+    service = make_service(scorer_mode="process", policies=baselines)
+    sent = _named(requests_sample[:10], "proc")
+    sent[6] = _bad_workload(sent[6])
+    with grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        stub = shadow_pb2_grpc.ShadowEvaluationStub(channel)  # type: ignore[no-untyped-call]
+        ack = stub.MirrorMany(
+            batch_to_pb(RequestBatch.from_requests(sent)),
+            metadata=(("authorization", f"Bearer {runtime_token}"),),
+        )
+    assert (ack.accepted, ack.rejected) == (9, 1)
+    assert [(r.index, r.field) for r in ack.rejections] == [(6, "workload.accelerators")]
+    engine = service.engine
+    assert engine is not None
+    wait_until(lambda: count_decisions(engine) == 9 * 2)
+    assert count_requests(engine) == 9
+    assert [r.kind for r in read_all(service.settings.resolved_journal_dir)] == [
+        RecordKind.MIRROR_BATCH
+    ]
