@@ -312,7 +312,11 @@ def _canonical_sets(
     if bool(np.all(less | ~same_segment)):
         return Strings(strings.utf8, value_offsets), seg_offsets
     # sort within segments: segment first, then bytes, then length (np.lexsort: last key first)
-    keys = (lengths, *(padded[:, j] for j in range(width - 1, -1, -1)), segment)
+    # the bytes compared eight at a time, as big-endian words (their order is the bytes')
+    words = np.zeros((n, -(-width // 8) * 8), dtype=np.uint8)
+    words[:, :width] = padded
+    packed = words.view(">u8")
+    keys = (lengths, *(packed[:, j] for j in range(packed.shape[1] - 1, -1, -1)), segment)
     order = np.lexsort(keys)
     padded, lengths, segment = padded[order], lengths[order], segment[order]
     _, equal = _compare_adjacent(padded, lengths)
