@@ -49,7 +49,7 @@ from service.protocols import ProtocolEvent
 from service.server.app import Service, build_service
 from service.settings import Settings
 from service.storage import stop_embedded
-from service.wire.convert import mirror_request_to_pb, outcome_to_pb
+from service.wire.convert import mirror_request_to_pb
 from service.wire.understudy.v1 import contract_pb2, shadow_pb2_grpc
 
 DEMO_SCENARIO = "demo"
@@ -218,10 +218,10 @@ def _drive(
 
         for i in _paced(events, duration_s):
             event = events[i]
-            if isinstance(event, MirrorRequest):
-                client.mirror(mirror_request_to_pb(event))
+            if isinstance(event, MirrorRequest):  # batched by the client (MirrorManyStream)
+                client.mirror_request(event)
             else:
-                client.report_outcome(outcome_to_pb(event))
+                client.report(event)
             sent = i + 1
             if time.monotonic() - last > 0.25:
                 live.update(view.render(client.stats(), sent, len(events)))

@@ -60,7 +60,9 @@ class LiveView:
             f"ingest {rate:,.0f} req/s",
             f"journal depth {self.service.journal.depth_records('scorer')}",
             f"client dropped {client.mirrors.dropped + client.outcomes.dropped}, "
-            f"reconnects {client.reconnects}",
+            f"reconnects {client.reconnects}, "
+            f"batches {client.mirror_batches.batches_sent} "
+            f"(mean {client.mirror_batches.mean_requests:.1f} requests)",
         )
         on_arrival = summed(self.service, "understudy_outcomes_total", state="joined_on_arrival")
         parked = summed(self.service, "understudy_outcomes_total", state="parked")

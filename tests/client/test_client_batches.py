@@ -21,12 +21,12 @@ import grpc
 import pytest
 
 from service.client import MirrorClient
-from service.contract import MirrorRequest
+from service.contract import MirrorRequest, Outcome
 from service.contract.validation import RequestLimits
 from service.pipeline.journal_format import RecordKind
 from service.server.app import Service
 from service.wire.batch_codec import batch_from_pb
-from service.wire.convert import mirror_request_to_pb
+from service.wire.convert import mirror_request_to_pb, outcome_to_pb
 from service.wire.understudy.v1 import shadow_pb2
 from tests.client.journaled import journal_kinds, journaled_requests
 from tests.hostile.metrics_read import counter_sum
@@ -161,3 +161,29 @@ def test_after_a_broken_stream_unacked_batches_are_resent_and_acked_ones_are_not
     m = stats.mirrors
     assert (m.accepted, m.dropped, m.resent, m.in_flight) == (6, 0, 4, 0)
     assert stats.mirror_batches.batches_resent == 2 and stats.reconnects >= 1
+
+
+def test_outcomes_go_in_batches_and_batching_false_keeps_the_single_streams(
+    make_service: Callable[..., Service],
+    runtime_token: str,
+    requests_sample: list[MirrorRequest],
+) -> None:
+    service = make_service(scoring_enabled=False)
+    target = f"127.0.0.1:{service.grpc_port}"
+    batched = MirrorClient(target, runtime_token, max_batch_requests=4, linger_s=NEVER)
+    single = MirrorClient(target, runtime_token, batching=False)
+    try:
+        for i in range(8):
+            assert batched.report(Outcome(request_id=f"o-{i}", observed_at=1.0 + i))
+        assert single.mirror(mirror_request_to_pb(requests_sample[0]))
+        assert single.report_outcome(outcome_to_pb(Outcome(request_id="o-s", observed_at=2.0)))
+        assert batched.flush(HANG_S) and single.flush(HANG_S)
+        b, s = batched.close(), single.close()
+    finally:
+        batched.close(0.1)
+        single.close(0.1)
+    assert (b.outcomes.accepted, b.outcome_batches.batches_sent) == (8, 2)
+    assert (s.mirrors.accepted, s.outcomes.accepted, s.mirror_batches.batches_sent) == (1, 1, 0)
+    kinds = journal_kinds(service)
+    assert kinds.count(RecordKind.OUTCOME_BATCH) == 2
+    assert (kinds.count(RecordKind.MIRROR), kinds.count(RecordKind.OUTCOME)) == (1, 1)
