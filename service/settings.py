@@ -107,7 +107,8 @@ class Settings(BaseSettings):
     """Directory of policy manifests (`*/policy.yaml`) to load and score."""
 
     scorer_max_batch: int = Field(default=256, ge=1, le=10_000)
-    """Most journal records one scoring micro-batch takes; batches are smaller when idle."""
+    """Most requests (and outcomes) one scoring micro-batch takes, in whole journal records
+    (a batch record counts as its accepted rows; at least one record); smaller when idle."""
 
     scorer_mode: Literal["thread", "process"] = "thread"
     """Where batches are scored and logged: `thread` (in the ingest process) or `process`
