@@ -370,7 +370,15 @@ def check_feasibility_batch(items: Sequence[FeasibilityItem]) -> Feasibility:
     """
     if not items:
         return Feasibility(np.zeros(0, dtype=bool), np.zeros((0, len(SIGNALS)), dtype=bool))
-    b = _batch(items)
+    return feasibility_of_joined(_batch(items))
+
+
+def feasibility_of_joined(b: _Batch) -> Feasibility:
+    """The feasibility of joined columns (`_Batch`), however they were joined: from
+    request objects (`_batch`) or from a columnar batch
+    (`service.contract.batch_validation`, which builds the same columns)."""
+    if not len(b.options):
+        return Feasibility(np.zeros(0, dtype=bool), np.zeros((0, len(SIGNALS)), dtype=bool))
     nodes, taken, per_option = b.nodes, b.taken, b.per_option
     n_entries = len(nodes)
     named = np.repeat(b.named, b.entries)

@@ -1132,3 +1132,49 @@ def test_hardware_class_is_data() -> None:  # the fixture's unknown class is acc
     r = v2.unknown_capabilities(_simulated("shared", 0, 1)[0])
     assert any(h == HardwareClass("X-NEW", None, None, None, None) for h in r.state.hardware)
     assert validate_batch(RequestBatch.from_requests([r]), LIMITS).ok.all()
+
+
+# ---------------------------------------------------------------------------
+# the support rule's feasibility, joined from the columns
+
+
+def _affinity(r: MirrorRequest, long: bool = False) -> MirrorRequest:
+    """`r` whose nodes carry rack labels (long ones: past the padded-compare width) and
+    whose workload needs one rack and forbids a class label."""
+    s = r.state
+    pad = "x" * 70 if long else ""
+    labels = tuple(ls | {f"rack=r{i % 2}{pad}"} for i, ls in enumerate(s.labels))
+    w = dataclasses.replace(
+        r.workload,
+        affinity=frozenset({f"rack=r0{pad}"}),
+        anti_affinity=frozenset({"class=K80", "gone=1"}),
+    )
+    return dataclasses.replace(r, state=dataclasses.replace(s, labels=labels), workload=w)
+
+
+def test_joined_feasibility_equals_check_feasibility() -> None:
+    """The columns the support rule evaluates give, request by request, the mask and
+    signals `check_feasibility` gives on the request objects."""
+    from service.contract.batch_validation import joined_feasibility
+    from service.contract.feasibility import check_feasibility, feasibility_of_joined
+    from service.policies.synthetic import random_requests
+
+    base = list(_simulated("shared", 0, 1))[:24] + list(_simulated("degraded", 2, 1))[:8]
+    requests = [VARIANTS[i % len(VARIANTS)](r) for i, r in enumerate(base)]
+    requests += [_affinity(r, long=i % 2 == 1) for i, r in enumerate(base[:8])]
+    requests += [dataclasses.replace(r, quota_remaining=0.5) for r in base[8:12]]
+    requests += [v2.sharing(r, share=0.3) for r in base[12:16]]
+    requests += random_requests(3, 24, n_nodes=16, max_options=12)
+    batch = RequestBatch.from_requests(requests)
+    which = np.arange(len(requests), dtype=np.int64)[::-1].copy()  # any order, any subset
+    got = feasibility_of_joined(joined_feasibility(batch, which))
+    rows = 0
+    for r in which.tolist():
+        one = batch.requests([r])[0]
+        want = check_feasibility(one.state, one.workload, one.options, one.quota_remaining)
+        n = one.options.n_options
+        assert got.violations[rows : rows + n].tolist() == want.violations.tolist(), r
+        rows += n
+    assert rows == len(got.mask)
+    assert not got.mask.all() and got.mask.any()  # the cases are not all one way
+    assert got.violations.any(axis=0)[[6, 7, 8]].all()  # affinity, anti-affinity, quota fired
