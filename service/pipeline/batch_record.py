@@ -184,19 +184,24 @@ _REPLAY_LIMITS = RequestLimits(
 limits already, and a record must read back whatever they were when it was accepted."""
 
 
-def _batch(record: BatchRecord) -> RequestBatch:
+def _batch(record: BatchRecord, decoded: object = None) -> RequestBatch:
+    if isinstance(decoded, RequestBatch):  # ingest's own decoding of the body (the journal's
+        return decoded  # `JournalRecord.decoded`): the same columns, not parsed again
     from service.wire.batch_codec import batch_from_pb  # the scorer's side only
 
     return batch_from_pb(batch_pb2.MirrorBatch.FromString(record.body), _REPLAY_LIMITS)
 
 
-def requests_of(record: BatchRecord) -> list[MirrorRequest]:
+def requests_of(record: BatchRecord, decoded: object = None) -> list[MirrorRequest]:
     """The accepted requests of a mirror batch record, in row order.
+
+    `decoded` is `JournalRecord.decoded` (ingest's `RequestBatch` of the body, while
+    the journal still holds it); otherwise the body is parsed.
 
     Raises:
         DecodeError, InvalidInput: the body does not decode (it did at ingest).
     """
-    return _batch(record).requests(record.rows.tolist())
+    return _batch(record, decoded).requests(record.rows.tolist())
 
 
 def outcomes_of(record: BatchRecord) -> list[Outcome]:
@@ -207,7 +212,7 @@ def outcomes_of(record: BatchRecord) -> list[Outcome]:
     return cols.outcomes(record.rows.tolist())
 
 
-def request_ids_of(record: BatchRecord) -> list[str]:
+def request_ids_of(record: BatchRecord, decoded: object = None) -> list[str]:
     """The ``request_id`` of each accepted row of a mirror batch record, in row order."""
-    batch = _batch(record)
+    batch = _batch(record, decoded)
     return [batch.request_id[r] for r in record.rows.tolist()]

@@ -286,6 +286,8 @@ class Ingest:
         ``request_id``); so is a second copy of an id inside the batch (the
         first wins). When the journal cannot take the record, every new
         request is shed and none is remembered. Every request is counted.
+        The decoded batch rides with the record in the journal's bounded
+        in-memory cache, so the scorer does not parse the bytes again.
 
         Raises:
             InvalidInput: the batch cannot be read as requests at all (counted as
@@ -317,7 +319,8 @@ class Ingest:
             rows = ok_rows[new]
             held = digests[new]
             body = batch_record.pack(RecordKind.MIRROR_BATCH, rows, n_batch, payload, held)
-            return self._journal_append(RecordKind.MIRROR_BATCH, body)
+            # the batch is what decoding `payload` gives: the scorer reuses it (bounded cache)
+            return self._journal_append(RecordKind.MIRROR_BATCH, body, batch)
 
         claim = self.index.claim_batch(
             ids, digests.tobytes(), append, lambda appended: appended[0] is not None

@@ -220,11 +220,11 @@ def mirror_from_payload(payload: bytes) -> MirrorRequest:
     return mirror_request_from_pb(contract_pb2.MirrorRequest.FromString(payload))
 
 
-def _remember_batch(index: RequestIndex, payload: bytes) -> int:
+def _remember_batch(index: RequestIndex, payload: bytes, decoded: object) -> int:
     """Remember the accepted requests of a batch record, with the digests it carries."""
     try:
         held = batch_record.unpack(payload, RecordKind.MIRROR_BATCH)
-        ids = batch_record.request_ids_of(held)
+        ids = batch_record.request_ids_of(held, decoded)
     except Exception:  # a record that no longer decodes is the scorer's to dead-letter
         return 0
     assert held.digests is not None
@@ -261,7 +261,7 @@ def fill_from_journal(
             for record in records:
                 after = record.seq
                 if record.kind is RecordKind.MIRROR_BATCH:
-                    filled += _remember_batch(index, record.payload)
+                    filled += _remember_batch(index, record.payload, record.decoded)
                     continue
                 if record.kind is not RecordKind.MIRROR:
                     continue

@@ -188,7 +188,7 @@ def logged_items(record: JournalRecord) -> list[LoggedRequest] | list[LoggedOutc
         digests = held.digests
         assert digests is not None  # unpack checks a mirror batch record carries them
         rows = held.rows.tolist()
-        requests = batch_record.requests_of(held)
+        requests = batch_record.requests_of(held, record.decoded)
         return [
             LoggedRequest(seq, request, payload, at, digests[i].tobytes(), rows[i])
             for i, (request, payload) in enumerate(zip(requests, _payloads(requests), strict=True))

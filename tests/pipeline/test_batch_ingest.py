@@ -569,3 +569,25 @@ def test_a_batch_mirrored_over_grpc_is_scored_in_the_scorer_process(
     assert [r.kind for r in read_all(service.settings.resolved_journal_dir)] == [
         RecordKind.MIRROR_BATCH
     ]
+
+
+def test_the_scorer_reuses_the_batch_ingest_decoded_and_reads_the_same_requests_without_it(
+    tmp_path: Path, requests_sample: list[MirrorRequest]
+) -> None:
+    sent = _named(requests_sample[:5], "h")
+    sent[1] = _bad_workload(sent[1])
+    with IngestJournal(JournalConfig(tmp_path)) as journal:
+        _send(Ingest(journal, ServiceMetrics(CollectorRegistry()), LIMITS), sent)
+        [record] = journal.read("scorer", 1)
+        assert isinstance(record.decoded, RequestBatch), "handed over in memory"
+        handed = logged_items(record)
+    [from_disk] = read_all(tmp_path)
+    assert from_disk.decoded is None
+    parsed = logged_items(from_disk)
+    for a, b in zip(handed, parsed, strict=True):
+        assert isinstance(a, type(b))
+    assert [(r.row, r.payload, r.digest) for r in handed] == [  # type: ignore[union-attr]
+        (r.row, r.payload, r.digest)  # type: ignore[union-attr]
+        for r in parsed
+    ]
+    assert [r.row for r in parsed] == [0, 2, 3, 4]
