@@ -1178,3 +1178,24 @@ def test_joined_feasibility_equals_check_feasibility() -> None:
     assert rows == len(got.mask)
     assert not got.mask.all() and got.mask.any()  # the cases are not all one way
     assert got.violations.any(axis=0)[[6, 7, 8]].all()  # affinity, anti-affinity, quota fired
+
+
+def test_requests_the_batch_form_cannot_carry_refuse_their_batch_whole() -> None:
+    """A column of the wrong length (which validate_request names, e.g. `state.cpu_free`,
+    `options.accelerators`, `options.option_ids`) cannot be read into a batch's
+    requests: the batch is refused whole, naming the column (invariant 3)."""
+    requests = shared_batch(0)[:16]
+    r = requests[3]
+    short_state = dataclasses.replace(r.state, cpu_free=r.state.cpu_free[:-1])
+    short_options = _o(r, accelerators=r.options.accelerators[:-1])
+    few_ids = _o(_with_option_ids(r), option_ids=("a",))
+    for bad, field in (
+        (dataclasses.replace(r, state=short_state), r"states\.cpu_free"),
+        (short_options, r"options\.accelerators"),
+        (few_ids, r"options\.option_ids"),
+    ):
+        with pytest.raises(InvalidInput):
+            validate_request(bad, LIMITS)
+        batch = RequestBatch.from_requests([*requests[:3], bad, *requests[4:]])
+        with pytest.raises(InvalidInput, match=field):
+            validate_batch(batch, LIMITS)
