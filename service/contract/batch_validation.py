@@ -1711,12 +1711,14 @@ def _production(v: _Verdicts, p: ProductionColumns, present: Mask, n_options: I6
             f"must be finite and in [0, 1], got {float(defer[r])}",
         ),
     )
-    # the sum: numpy's (pairwise) sum decides where it is clearly in or out; math.fsum,
-    # what validate_request uses, decides the rows near the tolerance's edge
-    total = np.zeros(len(probs) + 1, np.float64)
-    # (a NaN or inf row is refused above; zeroed here so it cannot spoil later sums)
-    np.cumsum(np.where(np.isfinite(probs), probs, 0.0), out=total[1:])
-    approx = total[po[1:]] - total[po[:-1]] + defer
+    # the sum: a per-row numpy sum (error below k * 1.2e-16) decides where it is clearly
+    # in or out; math.fsum, what validate_request uses, decides the rows near the edge.
+    # (A NaN or inf value is refused above; zeroed so it cannot spoil other rows.)
+    clean = np.where(np.isfinite(probs), probs, 0.0)
+    sums = np.zeros(n, np.float64)
+    rows_with = k > 0  # their starts increase strictly: each sum runs to the next start
+    sums[rows_with] = np.add.reduceat(clean, po[:-1][rows_with])
+    approx = sums + defer
     off = np.abs(approx - 1.0)
     near = has & ~v.refused & (np.abs(off - SUM_TOLERANCE) < 1e-9 + 1e-12 * k)
     exact = {

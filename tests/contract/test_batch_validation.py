@@ -1199,3 +1199,21 @@ def test_requests_the_batch_form_cannot_carry_refuse_their_batch_whole() -> None
         batch = RequestBatch.from_requests([*requests[:3], bad, *requests[4:]])
         with pytest.raises(InvalidInput, match=field):
             validate_batch(batch, LIMITS)
+
+
+def test_sums_at_the_tolerance_edge_agree() -> None:
+    """Distributions summing to 1 +- about SUM_TOLERANCE: the batch decides each as
+    `math.fsum` does (validate_outcome's sum), many values on either side."""
+    base = _outcomes()[0]
+    outcomes = []
+    for k, d in enumerate([*np.linspace(-1.5e-6, 1.5e-6, 61).tolist(), 1e-6, -1e-6]):
+        ps = (0.1,) * 7 + (0.3 + d,)
+        option = k % 8
+        outcomes.append(
+            dataclasses.replace(
+                base,
+                production=ProductionDecision(option, None, ps, None),
+            )
+        )
+    verdict = _assert_outcomes(outcomes)
+    assert verdict.ok.any() and not verdict.ok.all()
