@@ -37,7 +37,7 @@ def _paths(message: Any, prefix: str) -> Iterator[str]:
         path = f"{prefix}{field.name}"
         yield path
         repeated = field.is_repeated
-        if repeated:
+        if repeated or field.type == field.TYPE_BYTES:  # a batch's bytes are packed arrays
             yield f"{path}[]"
         if field.message_type is not None:
             yield from _paths(field.message_type, f"{path}[]." if repeated else f"{path}.")

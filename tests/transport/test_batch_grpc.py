@@ -14,6 +14,9 @@ equal what was sent; outcome batches likewise; no token is UNAUTHENTICATED.
 
 from __future__ import annotations
 
+import random
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
@@ -286,3 +289,94 @@ def test_batch_rpcs_need_a_runtime_token(
         stub.MirrorMany(msg, metadata=reviewer)
     assert wrong_role.value.code() == grpc.StatusCode.PERMISSION_DENIED
     assert journaled(service) == []
+
+
+def test_an_idle_batch_stream_is_closed_and_counted(
+    make_service: Callable[..., Service], auth: Metadata, requests_sample: list[MirrorRequest]
+) -> None:
+    """The batch stream shares the single streams' driver: idle past the timeout, it is
+    closed DEADLINE_EXCEEDED (after acking what came), and counted."""
+    service = make_service(scoring_enabled=False, grpc_stream_idle_timeout_s=0.5)
+    gate = threading.Event()
+
+    def sends() -> Iterator[bytes]:
+        yield _envelope(1, encode(with_ids(requests_sample, 2, "i")))
+        gate.wait(30)  # then nothing, until the server gives up on the stream
+
+    acks: list[Any] = []
+    with grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        call = channel.stream_stream(
+            "/understudy.v1.ShadowEvaluation/MirrorManyStream",
+            request_serializer=lambda b: b,
+            response_deserializer=shadow_pb2.BatchStreamAck.FromString,
+        )
+        with pytest.raises(grpc.RpcError) as closed:
+            for ack in call(sends(), metadata=auth, timeout=30):
+                acks.append(ack.ack)
+        gate.set()
+    assert closed.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert "UNDERSTUDY_GRPC_STREAM_IDLE_TIMEOUT_S" in closed.value.details()
+    assert [(a.status, a.sequence, a.stream_accepted) for a in acks] == [(ACCEPTED, 1, 2)]
+    assert counted(service, "understudy_grpc_streams_idle_closed_total") == 1
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_fuzzed_batch_stream_answers_every_message_and_counts_exactly(
+    service: Service, auth: Metadata, requests_sample: list[MirrorRequest], seed: int
+) -> None:
+    """Random damage to the bytes of valid batches (bytes changed, cut short): the stream
+    never fails, every numbered message is handled (acked alone or covered by a
+    cumulative ack), ack counts stay within what was sent, every field and reason is
+    from the allow-lists, and what ingest counted equals what the acks say."""
+    rng = random.Random(seed)
+    raws = []
+    for sequence in range(1, rng.randint(1, 5) + 1):
+        batch = encode(with_ids(requests_sample, 3, f"z{seed}-{sequence}"))
+        body = bytearray(batch.SerializeToString())
+        for _ in range(rng.randint(0, 4)):
+            body[rng.randrange(len(body))] = rng.randrange(256)
+        if rng.random() < 0.5:
+            body = body[: rng.randint(0, len(body))]
+        env = shadow_pb2.MirrorBatchStreamRequest(sequence=sequence).SerializeToString()
+        raws.append(env + b"\x12" + _varint(len(body)) + bytes(body))
+    acks = _batch_stream(service, raws, auth)  # raises if the stream failed
+    handled = {a.sequence for a in acks if a.status != ACCEPTED}
+    covered = max((a.sequence for a in acks if a.status == ACCEPTED), default=0)
+    assert all(s in handled or s <= covered for s in range(1, len(raws) + 1)), acks
+    for a in acks:
+        assert a.accepted + a.shed + a.rejected <= 3 * len(raws)
+        for r in a.rejections:
+            assert r.field in KNOWN_FIELD_PATHS and r.reason in REASON_CODES, r
+    last = acks[-1]
+    assert last.stream_accepted + last.stream_shed + last.stream_rejected <= 3 * len(raws)
+    assert _ingest(service, "grpc_batch_stream", "accepted") == last.stream_accepted
+    assert len(journaled(service)) == last.stream_accepted  # fresh ids: none is a duplicate
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def test_a_batch_that_does_not_parse_is_refused_under_its_own_sequence(
+    service: Service, auth: Metadata, requests_sample: list[MirrorRequest]
+) -> None:
+    """The framing around it was readable, so the message keeps its number (the client
+    can retire exactly that batch); the next batch is still accepted."""
+    corrupt = shadow_pb2.MirrorBatchStreamRequest(sequence=1).SerializeToString()
+    corrupt += b"\x12\x04\xff\xff\xff\xff"  # field 2, four bytes that are no MirrorBatch
+    acks = _batch_stream(
+        service, [corrupt, _envelope(2, encode(with_ids(requests_sample, 2, "k")))], auth
+    )
+    refused = [a for a in acks if a.status != ACCEPTED]
+    assert [(a.sequence, a.whole_batch) for a in refused] == [(1, True)]
+    assert (refused[0].rejections[0].field, refused[0].rejections[0].reason) == (
+        "batch",
+        "malformed_message",
+    )
+    assert (acks[-1].status, acks[-1].sequence, acks[-1].stream_accepted) == (ACCEPTED, 2, 2)
+    assert journaled(service) == ["k-0", "k-1"]

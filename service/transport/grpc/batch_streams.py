@@ -22,9 +22,12 @@ requests received (a batch refused whole adds its stated request count to
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
+
+from google.protobuf.message import DecodeError
 
 from service.contract import InvalidInput
-from service.contract.errors import MissingField, UnderstudyError
+from service.contract.errors import MalformedMessage, MissingField, UnderstudyError
 from service.contract.rejections import Refusal, RejectionReason, refusal_of
 from service.metrics import ServiceMetrics, field_label
 from service.pipeline.ingest import BatchResult, Ingest
@@ -36,7 +39,7 @@ from service.transport.batches import (
     stated_size,
     validator_text,
 )
-from service.transport.grpc.envelope import embedded_payload, parse_message
+from service.transport.grpc.envelope import embedded_payload, parse_message, split_envelope
 from service.transport.grpc.streams import AckPipe, Opened
 from service.wire.batch_codec import DecodedBatch, DecodedOutcomes
 from service.wire.understudy.v1 import batch_pb2, shadow_pb2
@@ -208,18 +211,17 @@ class BatchWire:
         ingest = self._ingest
 
         def open_envelope(raw: bytes) -> Opened:
-            envelope = shadow_pb2.MirrorBatchStreamRequest()
-            parse_message(envelope, raw, "message", limit + ENVELOPE_BYTES)
-            payload = embedded_payload(raw) or envelope.batch.SerializeToString()
+            sequence, msg, payload, unread = _open(
+                raw, limit, shadow_pb2.MirrorBatchStreamRequest, batch_pb2.MirrorBatch
+            )
 
             def decode() -> tuple[DecodedBatch, bytes]:
-                if not envelope.HasField("batch"):  # refused under its sequence
-                    raise MissingField("batch", "is required in every stream message")
-                return decoded_requests(envelope.batch, ingest.limits), payload
+                _check_opened(msg, payload, unread)
+                return decoded_requests(msg, ingest.limits), payload
 
             return (
-                envelope.sequence,
-                stated_size(envelope.batch),
+                sequence,
+                _size(msg, unread),
                 lambda: ingest.mirror_batch(GRPC_BATCH_STREAM, decode),
             )
 
@@ -230,22 +232,71 @@ class BatchWire:
         ingest = self._ingest
 
         def open_envelope(raw: bytes) -> Opened:
-            envelope = shadow_pb2.OutcomeBatchStreamRequest()
-            parse_message(envelope, raw, "message", limit + ENVELOPE_BYTES)
-            payload = embedded_payload(raw) or envelope.batch.SerializeToString()
+            sequence, msg, payload, unread = _open(
+                raw, limit, shadow_pb2.OutcomeBatchStreamRequest, batch_pb2.OutcomeBatch
+            )
 
             def decode() -> tuple[DecodedOutcomes, bytes]:
-                if not envelope.HasField("batch"):
-                    raise MissingField("batch", "is required in every stream message")
-                return decoded_outcomes(envelope.batch, ingest.limits), payload
+                _check_opened(msg, payload, unread)
+                return decoded_outcomes(msg, ingest.limits), payload
 
             return (
-                envelope.sequence,
-                stated_size(envelope.batch),
+                sequence,
+                _size(msg, unread),
                 lambda: ingest.outcome_batch(GRPC_BATCH_STREAM, decode),
             )
 
         return BatchLane("outcome", open_envelope, progress, ingest, self._metrics)
+
+
+def _open(
+    raw: bytes, limit: int, envelope_type: Any, batch_type: Any
+) -> tuple[int, Any, bytes, MalformedMessage | None]:
+    """Read a batch stream message: its sequence, its batch, the batch's bytes as sent
+    (journaled unchanged), and why the batch could not be parsed, if it could not.
+
+    The framing is read first (`split_envelope`): a batch that does not parse is
+    refused under the message's own sequence. Raises `InvalidInput` only when the
+    message itself is unreadable (refused under sequence 0) or too large.
+    """
+    parse_limit = limit + ENVELOPE_BYTES
+    split = split_envelope(raw) if len(raw) <= parse_limit else None
+    if split is None:  # another layout (or too large): parse it whole
+        envelope = envelope_type()
+        parse_message(envelope, raw, "message", parse_limit)
+        payload = embedded_payload(raw) or envelope.batch.SerializeToString()
+        return (
+            envelope.sequence,
+            envelope.batch if envelope.HasField("batch") else None,
+            payload,
+            None,
+        )
+    sequence, body = split
+    if body is None:
+        return sequence, None, b"", None
+    msg = batch_type()
+    try:
+        msg.ParseFromString(body)
+    except DecodeError as exc:
+        return (
+            sequence,
+            None,
+            body,
+            MalformedMessage("batch", f"is not a valid protobuf message: {exc}"),
+        )
+    return sequence, msg, body, None
+
+
+def _check_opened(msg: Any, payload: bytes, unread: MalformedMessage | None) -> None:
+    # here, not in _open: the message has a sequence, so it is refused under it
+    if unread is not None:
+        raise unread
+    if msg is None:
+        raise MissingField("batch", "is required in every stream message")
+
+
+def _size(msg: Any, unread: MalformedMessage | None) -> int:
+    return stated_size(msg) if msg is not None and unread is None else 0
 
 
 class BatchLane:

@@ -69,3 +69,42 @@ def leading_sequence(raw: bytes) -> int | None:
             return value if value < 2**64 else None
         shift += 7
     return None
+
+
+def _varint(raw: bytes, pos: int) -> tuple[int, int] | None:
+    """The varint at `pos` and the position after it, or None if it does not end."""
+    value = shift = 0
+    end = min(len(raw), pos + 10)
+    while pos < end:
+        byte = raw[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (value, pos) if value < 2**64 else None
+        shift += 7
+    return None
+
+
+def split_envelope(raw: bytes) -> tuple[int, bytes | None] | None:
+    """``(sequence, field 2's bytes or None)`` of an envelope framed as every serializer
+    writes it, ``[1: sequence][2: payload]`` (either may be absent), reading no further.
+
+    So a batch stream message whose *batch* does not parse is still refused under its
+    own sequence (the framing around it was readable); None for any other layout,
+    which is then parsed whole.
+    """
+    sequence, pos, end = 0, 0, len(raw)
+    if raw[:1] == b"\x08":
+        read = _varint(raw, 1)
+        if read is None:
+            return None
+        sequence, pos = read
+    if pos == end:
+        return sequence, None
+    if raw[pos : pos + 1] != b"\x12":
+        return None
+    read = _varint(raw, pos + 1)
+    if read is None:
+        return None
+    length, start = read
+    return (sequence, raw[start:]) if start + length == end else None
