@@ -429,7 +429,7 @@ def request_batcher(
     envelopes (`MirrorBatchStreamRequest`); `limits` are `Batcher`'s keyword limits."""
     return Batcher(
         capacity,
-        convert=_batchable_request,
+        convert=_RequestReader(),
         encode=_encode_requests,
         ids=lambda rs: [r.request_id for r in rs],
         divert=divert,
@@ -451,12 +451,33 @@ def outcome_batcher(
     )
 
 
-def _batchable_request(item: Any) -> MirrorRequest:
-    """On the sender thread: the contract request a batch carries (raises if none can)."""
-    request = mirror_request_from_pb(item) if isinstance(item, contract_pb2.MirrorRequest) else item
-    if request.schema_version != BATCH_SCHEMA_VERSION:
-        raise NotBatchable(f"schema version {request.schema_version}")
-    return request
+class _RequestReader:
+    """On the sender thread: the contract request a batch carries (raises if none can).
+
+    A protobuf request whose `state` equals the previous one's (the requests of one
+    scheduling cycle, mirrored one after another) reuses the previous request's
+    converted `ClusterState`, so the batch stores that snapshot once, as it does for
+    `mirror_request` callers that share one object. Comparing two equal snapshots
+    costs ~8 us against ~66 us to convert one (64 nodes; docs/client.md).
+    """
+
+    def __init__(self) -> None:
+        self._last: tuple[int, contract_pb2.ClusterState, Any] | None = None
+
+    def __call__(self, item: Any) -> MirrorRequest:
+        if isinstance(item, contract_pb2.MirrorRequest):
+            last = self._last  # one read: the pair stays consistent
+            shared = None
+            if last is not None and last[0] == item.schema_version and item.HasField("state"):
+                shared = last[2] if item.state == last[1] else None
+            request = mirror_request_from_pb(item, state=shared)
+            if shared is None:
+                self._last = (item.schema_version, item.state, request.state)
+        else:
+            request = item
+        if request.schema_version != BATCH_SCHEMA_VERSION:
+            raise NotBatchable(f"schema version {request.schema_version}")
+        return request
 
 
 def _batchable_outcome(item: Any) -> Outcome:

@@ -125,8 +125,11 @@ def _production_from_pb(msg: pb.ProductionDecision) -> ProductionDecision:
     )
 
 
-def mirror_request_from_pb(msg: pb.MirrorRequest) -> MirrorRequest:
-    """Build a `MirrorRequest` from its protobuf message."""
+def mirror_request_from_pb(
+    msg: pb.MirrorRequest, state: ClusterState | None = None
+) -> MirrorRequest:
+    """Build a `MirrorRequest` from its protobuf message; `state`, when given, is the
+    already converted `msg.state` (the client reuses one scheduling cycle's snapshot)."""
     for part in ("state", "workload", "options"):
         if not msg.HasField(part):
             raise MissingField(part, "is required")
@@ -134,7 +137,7 @@ def mirror_request_from_pb(msg: pb.MirrorRequest) -> MirrorRequest:
         schema_version=msg.schema_version,
         request_id=msg.request_id,
         request_time=msg.request_time,
-        state=state_from_pb(msg.state, msg.schema_version),
+        state=state if state is not None else state_from_pb(msg.state, msg.schema_version),
         workload=workload_from_pb(msg.workload, msg.schema_version),
         options=options_from_pb(msg.options),
         production=_production_from_pb(msg.production) if msg.HasField("production") else None,

@@ -267,3 +267,26 @@ def test_outcomes_batch_the_same_way(requests_sample: list[MirrorRequest]) -> No
 @pytest.mark.parametrize(("n", "bucket"), [(1, 1), (2, 2), (3, 4), (64, 64), (65, 128)])
 def test_size_buckets_are_powers_of_two(n: int, bucket: int) -> None:
     assert size_bucket(n) == bucket
+
+
+def test_consecutive_protobuf_requests_with_equal_states_share_one_snapshot(
+    requests_sample: list[MirrorRequest],
+) -> None:
+    """One scheduling cycle's requests, mirrored as protobuf one after another, cost one
+    snapshot in the batch; a batch still means exactly the requests it was given."""
+    a, b = requests_sample[0], requests_sample[1]
+    pbs = []
+    for i, source in enumerate([a, a, a, b, b, a]):
+        msg = mirror_request_to_pb(source)
+        msg.request_id = f"p-{i}"
+        pbs.append(msg)
+    lane = batcher(linger_s=NEVER)
+    for msg in pbs:
+        assert lane.offer(msg)
+    lane.hurry(True)
+    item = lane.next_batch(HANG_S)
+    assert item is not None
+    batch = batch_from_pb(item[1].batch, RequestLimits())
+    assert batch.states.n_states == 3, "a, b, then a again: only the previous state is compared"
+    assert batch.state_index.tolist() == [0, 0, 0, 1, 1, 2]
+    assert [mirror_request_to_pb(r) for r in batch.requests()] == pbs
