@@ -9,23 +9,31 @@ request; on the batch stream, wholly accepted batches are covered by
 cumulative acks, a batch with refusals is acked alone under its sequence
 before any cumulative ack covers it, a repeated sequence is REPEATED_SEQUENCE,
 an unreadable message is REJECTED under sequence 0, and the running totals
-equal what was sent; outcome batches likewise; no token is UNAUTHENTICATED.
+equal what was sent; a batch that does not parse inside readable framing keeps
+its sequence; an idle batch stream is closed; seeded fuzzes of damaged batch
+bytes are all answered and counted exactly; outcome batches likewise; no token
+is UNAUTHENTICATED. With the scorer on, a batch's accepted requests (over gRPC
+and HTTP) reach the decision log and its refused ones do not.
 """
 
 from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
+import httpx
 import numpy as np
 import pytest
 
 from service.contract import MirrorRequest
+from service.contract.errors import NotFound
 from service.contract.rejections import REASON_CODES
 from service.server.app import Service
+from service.storage import count_requests, logged_request
 from service.wire.field_paths import KNOWN_FIELD_PATHS
 from service.wire.understudy.v1 import shadow_pb2, shadow_pb2_grpc
 from tests.transport.batch_helpers import (
@@ -48,6 +56,7 @@ REPEATED = shadow_pb2.ACK_STATUS_REPEATED_SEQUENCE
 Metadata = tuple[tuple[str, str], ...]
 Stub = shadow_pb2_grpc.ShadowEvaluationStub
 BAD = {1: "request_time", 4: "gang_size", 6: "cpu_free"}
+PROTOBUF = "application/x-protobuf"
 
 
 def _spoiled(sample: list[MirrorRequest], n: int, tag: str, bad: dict[int, str]) -> Any:
@@ -380,3 +389,40 @@ def test_a_batch_that_does_not_parse_is_refused_under_its_own_sequence(
     )
     assert (acks[-1].status, acks[-1].sequence, acks[-1].stream_accepted) == (ACCEPTED, 2, 2)
     assert journaled(service) == ["k-0", "k-1"]
+
+
+@pytest.mark.live
+def test_the_accepted_requests_of_a_batch_are_logged_on_both_transports(
+    make_service: Callable[..., Service],
+    runtime_token: str,
+    requests_sample: list[MirrorRequest],
+) -> None:
+    """With the scorer on: the good requests of a batch with bad ones, sent over gRPC
+    and over HTTP, reach the decision log; the refused ones do not."""
+    service = make_service()
+    assert service.engine is not None
+    engine = service.engine
+    auth = (("authorization", f"Bearer {runtime_token}"),)
+    over_grpc = _spoiled(requests_sample, 6, "lg", {1: "gang_size", 4: "cpu_free"})
+    over_http = _spoiled(requests_sample[6:], 5, "lh", {0: "request_time"})
+    with grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        stub = shadow_pb2_grpc.ShadowEvaluationStub(channel)  # type: ignore[no-untyped-call]
+        assert stub.MirrorMany(over_grpc, metadata=auth).accepted == 4
+    reply = httpx.post(
+        f"http://127.0.0.1:{service.http_port}/v1/mirror/batch",
+        content=over_http.SerializeToString(),
+        headers={"authorization": f"Bearer {runtime_token}"} | {"content-type": PROTOBUF},
+        timeout=30,
+    )
+    assert reply.json()["accepted"] == 4
+    good = [f"lg-{i}" for i in (0, 2, 3, 5)] + [f"lh-{i}" for i in (1, 2, 3, 4)]
+    deadline = time.monotonic() + 120  # a hang guard, not a speed requirement
+    while count_requests(engine) < len(good):
+        assert time.monotonic() < deadline, "the batch's requests were never logged"
+        time.sleep(0.05)  # poll interval of a condition wait
+    for request_id in good:
+        assert logged_request(engine, request_id).request_id == request_id
+    for refused in ("lg-1", "lg-4", "lh-0"):
+        with pytest.raises(NotFound):
+            logged_request(engine, refused)
+    assert count_requests(engine) == len(good)
