@@ -312,7 +312,8 @@ class Ingest:
         for r in verdict.refusals:  # rows of `batch` -> positions in what was sent
             refusals.append(IndexedRefusal(int(sent_at[r.index]), r.field, r.message, r.reason))
         digests = _request_digests(batch, ok_rows)
-        ids = [batch.request_id[int(r)] for r in ok_rows]  # the one str per request the index needs
+        every_id = batch.request_id.values()  # the one str per request the index needs
+        ids = list(every_id) if len(ok_rows) == len(every_id) else [every_id[r] for r in ok_rows]
         n_batch = batch.n_requests
 
         def append(new: NDArray[np.intp]) -> tuple[int | None, ShedReason]:
