@@ -19,11 +19,17 @@ What is a Python loop here, and why:
 - over *refused* requests, to build each refusal's message (one string each);
 - over hardware classes (a handful per snapshot: they are `HardwareClass`
   objects, and `str.strip` is the whitespace rule of their names);
-- production's support check (`check_request_support`: probability on an
-  option the feasibility function masks) builds the single-request objects of
-  the requests that carry a distribution and runs `check_feasibility_batch` on
-  them: the feasibility function has no columnar form yet (issue 25 builds it).
-  This is the one rule not yet vectorised over the batch.
+- over the strings of a string-equality comparison (allowed hardware classes,
+  affinity labels) only when one of them is longer than `_PADDED_WIDTH` bytes
+  (shorter ones, always in practice, are compared as fixed-width rows);
+- over the node ids of a snapshot only when two distinct ids collide in the
+  64-bit hash the duplicate rule sorts by (found by the byte comparison of
+  every equal pair; a crafted collision costs a set, not a wrong refusal).
+
+Production's support check (`check_request_support`: no probability on an
+option the feasibility function masks) joins the feasibility function's
+columns from the batch's columns (`joined_feasibility`) and evaluates them
+with the code `check_feasibility_batch` runs (`feasibility_of_joined`).
 
 Structural faults (column lengths, offsets that do not index) are not a
 request's fault: `check_layout` raises `InvalidInput` for the whole batch
@@ -51,7 +57,6 @@ from service.contract.batch import (
     OutcomeColumns,
     ProductionColumns,
     RequestBatch,
-    StateColumns,
     Strings,
 )
 from service.contract.device_validation import _DERIVE, UNKNOWN_MEMORY_HINT
@@ -507,7 +512,6 @@ class _Run:
         o = batch.options
         self.opt_off = np.asarray(o.option_offsets, np.int64)
         self.n_opts = self.opt_off[1:] - self.opt_off[:-1]  # per request
-        self.entry_bounds = self.opt_off  # positions in entry_offsets where requests start
         self.req_entry = o.entry_offsets[self.opt_off]  # entry boundaries per request
         self.n_entries_r = self.req_entry[1:] - self.req_entry[:-1]
         self.entry_req = np.repeat(np.arange(self.n, dtype=np.int64), self.n_entries_r)
@@ -764,14 +768,6 @@ class _Run:
         self.node_rule(
             values < 0, lambda i, g: (f"state.{name}[{i}]", f"must be >= 0, got {values[g]}")
         )
-
-    def device_offsets(self) -> tuple[I64, I64]:
-        """(per node, device offsets made monotone; per snapshot, its first device)."""
-        st = self.st
-        if not self.sent.any():
-            zeros = np.zeros(st.n_nodes + 1, np.int64)
-            return zeros, np.zeros(self.n_states + 1, np.int64)
-        return self.dev_off, st.device_offsets[self.node_off]
 
     def device_count(self) -> None:
         st, limit = self.st, self.limits.max_devices
@@ -1835,7 +1831,6 @@ def validate_outcome_batch(
 __all__ = [
     "BatchVerdict",
     "IndexedRefusal",
-    "StateColumns",
     "check_layout",
     "check_outcome_layout",
     "refusal_from",

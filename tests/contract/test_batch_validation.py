@@ -1219,3 +1219,27 @@ def test_sums_at_the_tolerance_edge_agree() -> None:
         )
     verdict = _assert_outcomes(outcomes)
     assert verdict.ok.any() and not verdict.ok.all()
+
+
+def _thue_morse(n: int) -> str:
+    return "".join("ab"[bin(i).count("1") % 2] for i in range(n))
+
+
+def test_node_ids_that_collide_in_the_hash_are_not_duplicates() -> None:
+    """Two distinct node ids with the same 64-bit polynomial hash (Thue-Morse strings
+    and their complement collide for every odd base modulo 2**64): the snapshot is
+    accepted; a real duplicate in another snapshot of the batch is still refused."""
+    a = _thue_morse(2048)
+    b = a.translate(str.maketrans("ab", "ba"))
+    requests = shared_batch(0)[:16]
+    s = requests[0].state
+    colliding = dataclasses.replace(s, node_ids=(a, b, *s.node_ids[2:]))
+    requests = [dataclasses.replace(r, state=colliding) if r.state is s else r for r in requests]
+    assert_same_verdicts(requests)
+    assert validate_batch(RequestBatch.from_requests(requests), LIMITS).ok.all()
+    dup = shared_batch(0)[8:16]
+    d = dup[0].state
+    twice = dataclasses.replace(d, node_ids=(d.node_ids[1], *d.node_ids[1:]))
+    dup = [dataclasses.replace(r, state=twice) for r in dup]
+    verdict, _ = assert_same_verdicts(requests[:8] + dup)
+    assert verdict.ok.tolist() == [True] * 8 + [False] * 8
