@@ -426,3 +426,44 @@ def test_the_accepted_requests_of_a_batch_are_logged_on_both_transports(
         with pytest.raises(NotFound):
             logged_request(engine, refused)
     assert count_requests(engine) == len(good)
+
+
+def test_batch_streams_count_toward_the_stream_limits(
+    make_service: Callable[..., Service], auth: Metadata, requests_sample: list[MirrorRequest]
+) -> None:
+    """Admission wraps every streaming RPC: with one stream per connection, an open
+    MirrorStream leaves no room for a MirrorManyStream on the same connection (refused
+    RESOURCE_EXHAUSTED naming the setting, counted), and the place is free once it ends."""
+    service = make_service(scoring_enabled=False, grpc_max_streams_per_connection=1)
+    gate = threading.Event()
+
+    def idle() -> Iterator[bytes]:
+        gate.wait(30)
+        yield from ()
+
+    with grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        holder = channel.stream_stream(
+            "/understudy.v1.ShadowEvaluation/MirrorStream", request_serializer=lambda b: b
+        )(idle(), metadata=auth, timeout=30)
+        deadline = time.monotonic() + 30  # a hang guard
+        while counted(service, "understudy_grpc_streams_open") < 1:
+            assert time.monotonic() < deadline, "the first stream never opened"
+            time.sleep(0.01)  # poll interval of a condition wait
+        raws = [_envelope(1, encode(with_ids(requests_sample, 1, "l")))]
+        call = channel.stream_stream(
+            "/understudy.v1.ShadowEvaluation/MirrorManyStream",
+            request_serializer=lambda b: b,
+            response_deserializer=shadow_pb2.BatchStreamAck.FromString,
+        )
+        with pytest.raises(grpc.RpcError) as refused:
+            list(call(iter(raws), metadata=auth, timeout=30))
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "UNDERSTUDY_GRPC_MAX_STREAMS_PER_CONNECTION" in refused.value.details()
+        gate.set()
+        list(holder)
+        while counted(service, "understudy_grpc_streams_open") > 0:
+            assert time.monotonic() < deadline, "the first stream was never released"
+            time.sleep(0.01)  # poll interval of a condition wait
+        acks = [a.ack for a in call(iter(raws), metadata=auth, timeout=30)]
+    assert acks[-1].stream_accepted == 1
+    assert counted(service, "understudy_grpc_streams_refused_total", reason="connection") == 1
