@@ -50,6 +50,7 @@ from service.storage import (
     decisions_for,
     load_raw_request,
     make_engine,
+    rows_from,
 )
 from service.storage.log import tables as t
 from service.wire.batch_codec import (
@@ -591,3 +592,85 @@ def test_the_scorer_reuses_the_batch_ingest_decoded_and_reads_the_same_requests_
         for r in parsed
     ]
     assert [r.row for r in parsed] == [0, 2, 3, 4]
+
+
+def _logged(db: str, journal_dir: Path, send: Callable[[Ingest], None]) -> dict[str, object]:
+    """Ingest with `send`, score everything, and read back what the log holds per request."""
+    engine = make_engine(db)
+    try:
+        with IngestJournal(JournalConfig(journal_dir)) as journal:
+            metrics = ServiceMetrics(CollectorRegistry())
+            send(Ingest(journal, metrics, LIMITS))
+            scorer = _scorer(journal, engine, metrics)
+            while scorer.step():
+                pass
+        with engine.connect() as conn:
+            r = t.requests.c
+            rows = conn.execute(select(r.request_id, r.feasibility_bits, r.n_options)).all()
+        out: dict[str, object] = {}
+        for request_id, bits, n_options in rows:
+            decisions = [
+                (d.policy_name, d.status, d.chosen_option, d.chosen_probability, d.scores.tobytes())
+                for d in decisions_for(engine, request_id)
+            ]
+            out[request_id] = (
+                bytes(bits),
+                n_options,
+                decisions,
+                load_raw_request(engine, request_id),
+            )
+        return out
+    finally:
+        engine.dispose()
+
+
+def test_a_batch_logs_exactly_what_its_requests_sent_one_by_one_log(
+    tmp_path: Path,
+    db_url: str,
+    fresh_db: Callable[[bool], str],
+    requests_sample: list[MirrorRequest],
+) -> None:
+    """Invariant 1 through the scorer and the writer: the same decisions (policy, status,
+    option, probability, scores), feasibility bits and stored payload bytes."""
+    requests = _named(requests_sample[:16], "same")
+    shared = requests[3].state  # two requests of one scheduling cycle share a snapshot
+    requests[4] = dataclasses.replace(requests[4], state=shared)
+
+    def one_by_one(ingest: Ingest) -> None:
+        for r in requests:
+            ingest.mirror("grpc", _single(r), canonical=True)
+
+    def batched(ingest: Ingest) -> None:
+        assert _send(ingest, requests[:9]).accepted == 9
+        assert _send(ingest, requests[9:]).accepted == 7
+
+    singles = _logged(db_url, tmp_path / "singles", one_by_one)
+    batches = _logged(fresh_db(True), tmp_path / "batches", batched)
+    assert len(singles) == len(requests)
+    assert batches == singles
+
+
+def test_the_writer_stores_the_digest_it_is_given(requests_sample: list[MirrorRequest]) -> None:
+    r = requests_sample[0]
+    row, _ = rows_from(r, _single(r)()[1], 1, 0.0, "v", "h", content_digest=b"d" * 32)
+    assert row.content_sha256 == b"d" * 32
+    row, _ = rows_from(r, _single(r)()[1], 1, 0.0, "v", "h")
+    assert row.content_sha256 == content_sha256(r)
+
+
+def test_repeats_inside_a_batch_are_caught_even_with_the_index_off() -> None:
+    index = RequestIndex(capacity=0)
+    digests = b"a" * 32 + b"b" * 32 + b"a" * 32 + b"a" * 32
+    seen: list[list[int]] = []
+    claim = index.claim_batch(
+        ["x", "y", "x", "z"], digests, lambda new: seen.append(new.tolist()), lambda _: True
+    )
+    assert seen == [[0, 1, 3]]
+    assert (claim.new.tolist(), claim.repeats.tolist(), claim.conflicts.tolist()) == (
+        [0, 1, 3],
+        [2],
+        [],
+    )
+    again = index.claim_batch(["x", "x"], b"a" * 32 + b"c" * 32, lambda new: None, lambda _: True)
+    assert (again.new.tolist(), again.conflicts.tolist()) == ([0], [1])
+    assert len(index) == 0
