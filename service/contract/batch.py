@@ -255,7 +255,7 @@ class StateColumns:
             )
             device_offsets = _offsets(per_node)
             with_devices = [s for s in states if s.has_devices]
-            dev = {
+            dev: dict[str, Any] = {
                 "device_offsets": device_offsets,
                 "device_hardware": frozen_array(
                     np.concatenate([s.device_hardware for s in with_devices]), np.int32
@@ -445,7 +445,9 @@ class OptionColumns:
     @classmethod
     def of(cls, options: Sequence[PlacementOptions]) -> OptionColumns:
         """Columns of `options` (one `PlacementOptions` per request), in order."""
-        entries = np.concatenate([np.diff(o.node_offsets) for o in options]) if options else []
+        entries: NDArray[np.int64] = (
+            np.concatenate([np.diff(o.node_offsets) for o in options]) if options else EMPTY_I64
+        )
         named = np.array([o.names_devices for o in options], dtype=np.bool_)
         ids_sent = np.array([bool(o.option_ids) for o in options], dtype=np.bool_)
         dev: dict[str, Any] = {}
