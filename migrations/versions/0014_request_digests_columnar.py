@@ -2,7 +2,7 @@
 
 ``request_identities.content_sha256`` held `service.contract.identity.content_sha256`
 of the request that holds each id. Issue 24 redefined that digest over batch
-columns (`service.contract.batch_identity`, so a batch is hashed without
+columns (`service.contract.batch.identity`, so a batch is hashed without
 building request objects); a re-send after the upgrade would carry the new
 digest and, compared with an old one, look like a conflicting request. So the
 upgrade recomputes every stored digest from what the log keeps: the request's

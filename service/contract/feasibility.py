@@ -376,7 +376,7 @@ def check_feasibility_batch(items: Sequence[FeasibilityItem]) -> Feasibility:
 def feasibility_of_joined(b: _Batch) -> Feasibility:
     """The feasibility of joined columns (`_Batch`), however they were joined: from
     request objects (`_batch`) or from a columnar batch
-    (`service.contract.batch_validation`, which builds the same columns)."""
+    (`service.contract.batch.validation`, which builds the same columns)."""
     if not len(b.options):
         return Feasibility(np.zeros(0, dtype=bool), np.zeros((0, len(SIGNALS)), dtype=bool))
     nodes, taken, per_option = b.nodes, b.taken, b.per_option

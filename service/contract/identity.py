@@ -15,7 +15,7 @@ not what it says); the received time and the journal position are not in the
 request at all.
 
 There is one definition, over batch columns
-(`service.contract.batch_identity.request_digests`, where the canonical
+(`service.contract.batch.identity.request_digests`, where the canonical
 encoding is described): a single request's digest is its digest as a batch of
 one, so ingest can hash a batch without building request objects and still
 agree with every single-request path. A single request is encoded straight
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import hashlib
 
-from service.contract.batch_identity import single_request_encoding
+from service.contract.batch.identity import single_request_encoding
 from service.contract.request import MirrorRequest
 
 

@@ -36,8 +36,8 @@ from numpy.typing import NDArray
 
 from service.contract import InvalidInput, MirrorRequest, Outcome, RequestLimits
 from service.contract.batch import OutcomeColumns, RequestBatch
-from service.contract.batch_identity import request_digests
-from service.contract.batch_validation import (
+from service.contract.batch.identity import request_digests
+from service.contract.batch.validation import (
     IndexedRefusal,
     validate_batch,
     validate_outcome_batch,

@@ -29,7 +29,7 @@ MAX_MESSAGE_CHARS = 512
 
 
 class Indexed(Protocol):
-    """An `IndexedRefusal` (service.contract.batch_validation) as the acks read it."""
+    """An `IndexedRefusal` (service.contract.batch.validation) as the acks read it."""
 
     @property
     def index(self) -> int: ...

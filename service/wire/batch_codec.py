@@ -19,7 +19,7 @@ requests. Any of these refuses the whole batch
 bounds can be trusted once one column is misaligned. Everything that is about
 one request's *content* (finite numbers, indexes in range of its snapshot,
 state_index in range, enum codes) is left to
-`service.contract.batch_validation`, which refuses by index.
+`service.contract.batch.validation`, which refuses by index.
 
 Encoding writes each column with ``.astype('<dtype').tobytes()``: one C call per
 column, whatever the batch size; the field names are the proto's, so the
@@ -46,7 +46,7 @@ from service.contract.batch import (
     Strings,
     WorkloadColumns,
 )
-from service.contract.batch_validation import IndexedRefusal
+from service.contract.batch.validation import IndexedRefusal
 from service.contract.errors import InvalidInput, UnsupportedSchemaVersion
 from service.contract.hardware import CAPABILITIES, HardwareClass
 from service.contract.validation import RequestLimits

@@ -21,7 +21,7 @@ import pytest
 
 from service.contract import HardwareClass, MirrorRequest, ProductionDecision, RequestLimits
 from service.contract.batch import RequestBatch, Strings
-from service.contract.batch_identity import (
+from service.contract.batch.identity import (
     request_digests,
     request_encodings,
     single_request_encoding,
@@ -339,7 +339,7 @@ def test_every_single_change_gives_another_digest(requests: list[MirrorRequest])
 
 def test_the_version_tag_and_state_are_in_the_encoding(requests: list[MirrorRequest]) -> None:
     """The encoding starts with its version tag, then the snapshot's digest."""
-    from service.contract.batch_identity import REQUEST_TAG, state_digests
+    from service.contract.batch.identity import REQUEST_TAG, state_digests
 
     batch = RequestBatch.from_requests(requests[:3])
     data, offsets = request_encodings(batch)
@@ -354,7 +354,7 @@ def test_the_version_tag_and_state_are_in_the_encoding(requests: list[MirrorRequ
 def test_sets_are_put_in_one_order_however_long_their_strings() -> None:
     """The numpy sort (zero-padded bytes, length last) and the Python one for long strings
     agree with `sorted(set(...))` of the strings: prefixes, NUL bytes, non-ASCII, repeats."""
-    from service.contract.batch_identity import _canonical_sets
+    from service.contract.batch.identity import _canonical_sets
 
     rng = np.random.default_rng(7)
     alphabet = ["a", "b", "\x00", "é", "ß", "zz", "", "\u4e2d"]

@@ -27,7 +27,7 @@ import pytest
 
 from service.contract import HardwareClass, MirrorRequest, ProductionDecision
 from service.contract.batch import OutcomeColumns, RequestBatch
-from service.contract.batch_validation import (
+from service.contract.batch.validation import (
     BatchVerdict,
     check_layout,
     validate_batch,
@@ -1157,7 +1157,7 @@ def _affinity(r: MirrorRequest, long: bool = False) -> MirrorRequest:
 def test_joined_feasibility_equals_check_feasibility() -> None:
     """The columns the support rule evaluates give, request by request, the mask and
     signals `check_feasibility` gives on the request objects."""
-    from service.contract.batch_validation import joined_feasibility
+    from service.contract.batch.validation import joined_feasibility
     from service.contract.feasibility import check_feasibility, feasibility_of_joined
     from service.policies.synthetic import random_requests
 

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from service.contract import MirrorRequest, RequestLimits
 from service.contract.batch import RequestBatch
-from service.contract.batch_identity import request_encodings
+from service.contract.batch.identity import request_encodings
 from service.contract.errors import ConflictingRequest
 from service.contract.identity import content_sha256
 from service.metrics import ServiceMetrics

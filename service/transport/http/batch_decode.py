@@ -37,7 +37,7 @@ from service.contract import (
     validate_request,
 )
 from service.contract.batch import BATCH_SCHEMA_VERSION, OutcomeColumns, RequestBatch
-from service.contract.batch_validation import IndexedRefusal
+from service.contract.batch.validation import IndexedRefusal
 from service.contract.errors import MalformedMessage, MissingField, UnsupportedSchemaVersion
 from service.contract.rejections import RejectionReason, refusal_of
 from service.contract.validation import RequestLimits

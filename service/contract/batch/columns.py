@@ -25,7 +25,7 @@ and the wire's `MirrorBatch` message is this dataclass column for column
   exactly as in a single request, so a request means the same in any batch.
 - Strings are `Strings`: UTF-8 bytes concatenated, with int64 offsets.
 
-Nothing here validates content (that is `service.contract.batch_validation`,
+Nothing here validates content (that is `service.contract.batch.validation`,
 by index, so one bad request never refuses its batch-mates); constructors only
 check what they need to build the columns.
 """
