@@ -1,7 +1,7 @@
 """`make bench`: every figure beside the raw limit of its own stack, measured in the same run.
 
 ``python -m benchmarks [NAME ...] [--quick] [--long]``. Names: scoring,
-decision_log, ope, e2e, rss, capacity (default: all). ``--quick`` (or
+decision_log, ope, e2e, batch_ingest, rss, capacity (default: all). ``--quick`` (or
 ``UNDERSTUDY_BENCH_QUICK=1``) is a smoke run: short, few repeats, figures not
 to be quoted. ``--long`` runs the RSS benchmark for 5 minutes instead of 3.
 Results: ``benchmarks/results/<name>.json`` (``$UNDERSTUDY_BENCH_OUT``
@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from rich.console import Console
 
-from benchmarks import capacity_points, decision_log, e2e, ope, rss, scoring
+from benchmarks import batch_ingest, capacity_points, decision_log, e2e, ope, rss, scoring
 from benchmarks.harness import BenchResult, write_result
 from benchmarks.report import write_summary
 
@@ -31,6 +31,7 @@ BENCHMARKS: dict[str, Callable[[bool, bool], BenchResult]] = {
     "decision_log": lambda quick, long: decision_log.run(quick),
     "ope": lambda quick, long: ope.run(quick),
     "e2e": lambda quick, long: e2e.run(quick),
+    "batch_ingest": lambda quick, long: batch_ingest.run(quick),
     "capacity": lambda quick, long: capacity_points.run(quick),
     "rss": lambda quick, long: rss.run(quick, long),
 }

@@ -8,7 +8,7 @@ from typing import Any
 
 from benchmarks.harness import results_dir
 
-ORDER = ("e2e", "scoring", "decision_log", "ope", "rss", "capacity")
+ORDER = ("e2e", "batch_ingest", "scoring", "decision_log", "ope", "rss", "capacity")
 
 
 def _fmt(value: float) -> str:
