@@ -23,12 +23,25 @@ from service.wire.understudy.v1 import batch_pb2
 from service.wire.understudy.v1 import contract_pb2 as pb
 
 ENVELOPE_FIELDS = frozenset(
-    {"body", "message", "request", "outcome", "batch", "sequence", "options[]", "content-type"}
+    {
+        "body",
+        "message",
+        "request",
+        "outcome",
+        "batch",
+        "sequence",
+        "options[]",
+        "content-type",
+        "requests",
+        "outcomes",
+    }
 )
 """Names a refusal may give that are not message fields: the whole HTTP body, a
 whole gRPC stream message, a stream envelope part (a batch stream's `batch`),
-one placement option (``options[3]``) and an HTTP batch body's content type.
-Stream acks name the refused field by these paths too."""
+one placement option (``options[3]``), an HTTP batch body's content type, and
+the list of a JSON batch body (``{"requests": [...]}``, ``{"outcomes": [...]}``:
+missing, not a list, or too long). Stream acks name the refused field by these
+paths too."""
 
 
 def _paths(message: Any, prefix: str) -> Iterator[str]:
