@@ -228,7 +228,8 @@ def measure(gen: Generator, bare: Server, point: dict[str, Any], plan: Plan) -> 
         stats = ours.stop()
         shutil.rmtree(home, ignore_errors=True)
     append = stats.get("journal_append")
-    q = histogram_quantiles(append["counts"], (0.5, 0.99)) if append else [float("nan")] * 2
+    qs = (0.5, 0.99, 0.999, 1.0)
+    q = histogram_quantiles(append["counts"], qs) if append else [float("nan")] * len(qs)
     return {
         **point,
         "bare_kind": bare.kind,
@@ -240,8 +241,10 @@ def measure(gen: Generator, bare: Server, point: dict[str, Any], plan: Plan) -> 
         "bare_latency": bare_open,
         "warm_up": warm[1],
         "ingest_totals": totals,
-        "journal_append_us": [v * 1e6 for v in q],
+        "journal_append_us": [v * 1e6 for v in q[:2]],
+        "journal_append_p999_max_us": [v * 1e6 for v in q[2:]],
         "journal_appends": sum(append["counts"]) if append else 0,
+        "gc_pauses": stats.get("gc_pauses"),
     }
 
 
