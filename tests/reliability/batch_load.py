@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from service.contract import MirrorRequest
 from service.contract.batch import RequestBatch
 from service.policies.synthetic import random_requests
 from service.wire.batch_codec import batch_to_pb
@@ -35,19 +36,27 @@ class Batch:
     ids: tuple[str, ...]
 
 
+def batch_requests(
+    n_batches: int, tag: str, seed: int = 5, size: int = BATCH_SIZE, n_nodes: int = 32
+) -> list[MirrorRequest]:
+    """The requests of `shaped_batches`, in order (for a client that batches them itself)."""
+    requests = random_requests(
+        seed=seed, n_requests=n_batches * size, n_nodes=n_nodes, max_options=12
+    )
+    return [
+        dataclasses.replace(r, request_id=f"{tag}-{i // size}-{i % size}")
+        for i, r in enumerate(requests)
+    ]
+
+
 def shaped_batches(
     n_batches: int, tag: str, seed: int = 5, size: int = BATCH_SIZE, n_nodes: int = 32
 ) -> list[Batch]:
     """`n_batches` batches of `size` requests, 8 requests to a snapshot, ids `tag-k-row`."""
-    requests = random_requests(
-        seed=seed, n_requests=n_batches * size, n_nodes=n_nodes, max_options=12
-    )
+    requests = batch_requests(n_batches, tag, seed, size, n_nodes)
     out = []
     for k in range(n_batches):
-        chunk = [
-            dataclasses.replace(r, request_id=f"{tag}-{k}-{row}")
-            for row, r in enumerate(requests[k * size : (k + 1) * size])
-        ]
+        chunk = requests[k * size : (k + 1) * size]
         out.append(
             Batch(
                 batch_to_pb(RequestBatch.from_requests(chunk)), tuple(c.request_id for c in chunk)

@@ -20,8 +20,16 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
+from service.client import MirrorClient
 from service.storage import make_engine, running_pid, start_embedded, stop_embedded
-from tests.reliability.batch_load import HANG_GUARD_S, BatchStreamRun, shaped_batches
+from service.wire.convert import mirror_request_to_pb
+from tests.reliability.batch_load import (
+    BATCH_SIZE,
+    HANG_GUARD_S,
+    BatchStreamRun,
+    batch_requests,
+    shaped_batches,
+)
 from tests.transport.test_crash_recovery import ServerProcess
 
 N_BATCHES = 16
@@ -30,6 +38,17 @@ ACKED_BEFORE_KILL = 4
 """The kill comes only after this many batches were acked, so there are acks to check."""
 WINDOW = 4
 """Batches the client sends ahead of its acks: some are in flight at the kill."""
+
+
+def _wait_logged(url: str, expected: set[str]) -> None:
+    """Until at least `expected`'s count is logged, each with every policy's decision."""
+    deadline = time.monotonic() + 4 * HANG_GUARD_S  # a hang guard, not a speed bound
+    while True:
+        ids, decided, policies = _logged(url)
+        if len(ids) >= len(expected) and all(len(decided.get(i, ())) == len(policies) for i in ids):
+            return
+        assert time.monotonic() < deadline, f"logged {len(ids)} of {len(expected)}"
+        time.sleep(0.5)  # poll interval of a condition wait
 
 
 def _logged(url: str) -> tuple[list[str], dict[str, set[str]], set[str]]:
@@ -86,16 +105,8 @@ def test_sigkill_mid_batch_stream_loses_and_doubles_nothing(
         assert after.acks[-1].stream_accepted == 64 * len(resend)
 
         expected = {i for b in batches for i in b.ids}
-        url = start_embedded(data / "postgres", stop_at_exit=False).url()
-        deadline = time.monotonic() + 4 * HANG_GUARD_S  # a hang guard, not a speed bound
-        while True:  # the second server scores the journal's backlog and the resent ones
-            ids, decided, policies = _logged(url)
-            if len(ids) >= len(expected) and all(
-                len(decided.get(i, ())) == len(policies) for i in ids
-            ):
-                break
-            assert time.monotonic() < deadline, f"logged {len(ids)} of {len(expected)}"
-            time.sleep(0.5)  # poll interval of a condition wait
+        # the second server scores the journal's backlog and the resent batches
+        _wait_logged(start_embedded(data / "postgres", stop_at_exit=False).url(), expected)
         assert second.terminate() == 0
     finally:
         for s in servers:
@@ -117,3 +128,69 @@ def test_sigkill_mid_batch_stream_loses_and_doubles_nothing(
     assert set(before.acked_ids()) <= set(ids), "every request of every acked batch is logged"
     assert set(ids) == expected, "the resent batches logged, nothing else"
     assert all(decided[i] == policies for i in ids), "each with every policy's decision"
+
+
+@pytest.mark.live
+def test_the_client_library_resends_its_batches_across_a_sigkill(
+    pg_dir: Path, runtime_token: str
+) -> None:
+    """The same through `MirrorClient` (batching lanes, 64 requests a batch): the server is
+    SIGKILLed with batches acked and others in flight, restarted on the same port; the
+    client reconnects and resends what it holds no ack for. Every request offered is
+    acked and logged once with every policy's decision; the client dropped nothing."""
+    data = pg_dir
+    requests = batch_requests(N_BATCHES, "lib")
+    servers: list[ServerProcess] = []
+    client: MirrorClient | None = None
+    try:
+        first = ServerProcess(data, runtime_token, database_url=None)
+        servers.append(first)
+        port = first.grpc_port
+        client = MirrorClient(
+            f"127.0.0.1:{port}",
+            runtime_token,
+            max_batch_requests=BATCH_SIZE,
+            backoff_max_s=0.2,
+        )
+        for request in requests:
+            assert client.mirror(mirror_request_to_pb(request))
+        deadline = time.monotonic() + HANG_GUARD_S  # a hang guard
+        while client.stats().mirrors.accepted < ACKED_BEFORE_KILL * BATCH_SIZE:
+            assert time.monotonic() < deadline, client.stats()
+            time.sleep(0.01)  # poll interval of a condition wait
+        first.kill()
+        at_kill = client.stats()
+        assert at_kill.mirrors.accepted >= ACKED_BEFORE_KILL * BATCH_SIZE, at_kill
+        assert at_kill.mirrors.accepted < len(requests), "the kill came mid-traffic"
+        second = ServerProcess(data, runtime_token, database_url=None, grpc_port=port)
+        servers.append(second)
+        assert client.flush(2 * HANG_GUARD_S), client.stats()
+        stats = client.close()
+        client = None
+        expected = {r.request_id for r in requests}
+        _wait_logged(start_embedded(data / "postgres", stop_at_exit=False).url(), expected)
+        assert second.terminate() == 0
+    finally:
+        if client is not None:
+            client.close(1.0)
+        for s in servers:
+            if s.proc.poll() is None:
+                s.kill()
+    try:
+        ids, decided, policies = _logged(
+            start_embedded(data / "postgres", stop_at_exit=False).url()
+        )
+    finally:
+        stop_embedded(data / "postgres")
+    print(
+        f"\n[client crash] acked at the kill {at_kill.mirrors.accepted} of {len(requests)}; "
+        f"after: accepted {stats.mirrors.accepted}, resent {stats.mirrors.resent}, dropped "
+        f"{stats.mirrors.dropped}, reconnects {stats.reconnects}; batches "
+        f"{stats.mirror_batches.batches_sent}; logged {len(ids)}"
+    )
+    assert stats.mirrors.dropped == 0 and stats.mirrors.shed == stats.mirrors.rejected == 0
+    assert stats.mirrors.accepted == len(requests), stats
+    assert stats.mirrors.resent > 0, "batches in flight at the kill were resent"
+    assert stats.reconnects >= 1
+    assert len(ids) == len(set(ids)) and set(ids) == expected
+    assert all(decided[i] == policies for i in ids)
