@@ -24,8 +24,8 @@ from sqlalchemy import text
 
 from service.policies.registry import Registry
 from service.server.app import Service
-from service.wire.understudy.v1 import shadow_pb2_grpc
-from tests.reliability.batch_load import shaped_batches
+from service.wire.understudy.v1 import shadow_pb2, shadow_pb2_grpc
+from tests.reliability.batch_load import BatchStreamRun, shaped_batches
 from tests.reliability.test_overload import GatedPolicy
 from tests.transport.batch_helpers import counted, spoil
 from tests.transport.test_decision_log_e2e import wait_until
@@ -37,6 +37,9 @@ OFFERED = 40
 BAD = {3: "gang_size", 17: "request_time", 40: "gang_size"}
 """Requests spoiled in every third batch (per-request faults: no shared snapshot touched)."""
 SIZE = 64
+STREAMED = 5
+"""Batches then sent on a MirrorManyStream while the journal is still full."""
+SHED = shadow_pb2.ACK_STATUS_SHED
 
 
 @pytest.mark.live
@@ -100,6 +103,12 @@ def test_batch_overload_sheds_and_accounts_for_every_request(
         for k in range(2, 2 + OFFERED):
             send(k)
         depth_peak = service.journal.depth_bytes
+        # the batch stream, journal still full: every batch shed whole, acked alone as SHED
+        streamed = BatchStreamRun(
+            service.grpc_port, runtime_token, shaped_batches(STREAMED, "ovs"), window=STREAMED
+        ).start()
+        streamed.wait_for(lambda r: r.done, "the stream's acks")
+        streamed.join()
 
     totals = {"accepted": 0, "shed": 0, "rejected": 0}
     by_transport: dict[tuple[str, str], int] = {}
@@ -130,6 +139,15 @@ def test_batch_overload_sheds_and_accounts_for_every_request(
         labels = {"transport": transport, "kind": "mirror", "result": result}
         assert counted(service, "understudy_ingest_total", **labels) == n, (transport, result)
     assert depth_peak <= JOURNAL_BYTES
+    assert streamed.error is None, streamed.error
+    assert sorted(streamed.individual) == list(range(1, STREAMED + 1)), streamed.acks
+    for ack in streamed.individual.values():
+        assert (ack.status, ack.accepted, ack.shed, ack.rejected) == (SHED, 0, SIZE, 0), ack
+    last = streamed.acks[-1]
+    assert (last.stream_accepted, last.stream_shed, last.stream_rejected) == (0, STREAMED * SIZE, 0)
+    stream_labels = {"transport": "grpc_batch_stream", "kind": "mirror", "result": "shed"}
+    assert counted(service, "understudy_ingest_total", **stream_labels) == STREAMED * SIZE
+    shed_ids.update(i for b in streamed.batches for i in b.ids)
 
     gated.open.set()
     engine = service.engine
