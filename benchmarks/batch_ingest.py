@@ -266,7 +266,7 @@ def _rows(m: dict[str, Any]) -> list[Row]:
     note = (
         f"{m['bytes']:,} B per message; generator used {gen_cores:.2f} of its core on the bare "
         "server"
-        + ("; the bare figure may be a lower bound" if gen_cores > 0.9 else "")
+        + ("; the bare figure may be a lower bound" if gen_cores > 0.8 else "")
         + (f"; {faults} shed/rejected/errors in the closed runs" if faults else "")
     )
     rows = [
