@@ -21,6 +21,8 @@ import pytest
 from sqlalchemy import text
 
 from service.client import MirrorClient
+from service.pipeline import batch_record
+from service.pipeline.journal_format import RecordKind, read_all
 from service.storage import make_engine, running_pid, start_embedded, stop_embedded
 from service.wire.convert import mirror_request_to_pb
 from tests.reliability.batch_load import (
@@ -49,6 +51,15 @@ def _wait_logged(url: str, expected: set[str]) -> None:
             return
         assert time.monotonic() < deadline, f"logged {len(ids)} of {len(expected)}"
         time.sleep(0.5)  # poll interval of a condition wait
+
+
+def _journaled(data: Path) -> list[str]:
+    """Request ids in the journal's batch records (read offline, consumed ones too)."""
+    ids: list[str] = []
+    for record in read_all(data / "journal"):
+        assert record.kind == RecordKind.MIRROR_BATCH, record.kind
+        ids += batch_record.request_ids_of(batch_record.unpack(record.payload))
+    return ids
 
 
 def _logged(url: str) -> tuple[list[str], dict[str, set[str]], set[str]]:
@@ -128,6 +139,10 @@ def test_sigkill_mid_batch_stream_loses_and_doubles_nothing(
     assert set(before.acked_ids()) <= set(ids), "every request of every acked batch is logged"
     assert set(ids) == expected, "the resent batches logged, nothing else"
     assert all(decided[i] == policies for i in ids), "each with every policy's decision"
+    journaled = _journaled(data)
+    assert sorted(journaled) == sorted(expected), (
+        "journaled once each: a resent batch the journal already held is a duplicate"
+    )
 
 
 @pytest.mark.live
@@ -194,3 +209,4 @@ def test_the_client_library_resends_its_batches_across_a_sigkill(
     assert stats.reconnects >= 1
     assert len(ids) == len(set(ids)) and set(ids) == expected
     assert all(decided[i] == policies for i in ids)
+    assert sorted(_journaled(data)) == sorted(expected), "journaled once each"
