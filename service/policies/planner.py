@@ -128,19 +128,30 @@ class LcbPlanner:
         when the planner's model is the same file) answers from its per-batch
         result, so a planner and the policies using that predictor run it once.
         """
+        return self._quantiles_flagged(batch)[0]
+
+    def _quantiles_flagged(
+        self, batch: ScoringBatch
+    ) -> tuple[NDArray[np.float32], NDArray[np.float32] | None]:
+        """`quantiles` and, when the predictor says, which rows are out of its training
+        support (None when it cannot say); the shared path's flag comes with its result."""
         if isinstance(self._predictor, BatchThroughput) and (
             self._predictor.features is self._features
         ):
-            return self._predictor.throughput(batch)
+            return self._predictor.throughput(batch), None  # flagged in `decide`
         x = self._features(batch.requests)
         if len(x) != len(batch.mask):
             raise PolicyScoringError(
                 self._name,
                 f"`batch.requests` describe {len(x)} options, the batch has {len(batch.mask)} rows",
             )
+        flagged = getattr(self._predictor, "predict_rows_flagged", None)
         if len(x) == 0:
-            return np.zeros((0, 3), dtype=np.float32)
-        return self._predictor.predict_rows(x)
+            return np.zeros((0, 3), dtype=np.float32), None
+        if flagged is not None:
+            q, flag = flagged(x)
+            return q, flag
+        return self._predictor.predict_rows(x), None
 
     def lcb_scores(self, batch: ScoringBatch, q: NDArray[np.float32]) -> NDArray[np.float32]:
         """The module docstring's score per option row, float32."""
@@ -152,11 +163,13 @@ class LcbPlanner:
 
     def decide(self, batch: ScoringBatch, rng: np.random.Generator) -> PolicyDecisions:
         """Predict, score by the lower bound, apply the rule, attach the predictions."""
-        q = self.quantiles(batch)
+        q, out_of_support = self._quantiles_flagged(batch)
         scores = self.lcb_scores(batch, q)
         predictions = with_completion_time(batch, q)
         shared = self._predictor
         if isinstance(shared, SharedPredictions) and shared.features is self._features:
             # The shared predictor's own result also says which rows were out of support.
             predictions = {**predictions, **shared.predict(batch)}
+        elif out_of_support is not None:  # the planner's own run of a model with a support
+            predictions = {**predictions, "out_of_support": out_of_support}
         return decide_from_scores(self._name, scores, batch, self._rule, rng, predictions)

@@ -67,7 +67,7 @@ def simulated_windows(
         for p, s in summaries.items()
     }
     out: dict[str, list[WindowDrift]] = {p: [] for p in policies}
-    for x, offsets, cats, times, _ in stream("train", seed):
+    for x, offsets, cats, times, _ in stream("train", seed, workers=2):
         for p, acc in accs.items():
             out[p] += acc.feed(x, offsets, cats, times=times)
         if min(len(w) for w in out.values()) >= n_windows:
@@ -86,7 +86,7 @@ def test_every_shipped_summary_is_covered_by_a_training_condition() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(3600)  # 400,000 simulated requests: ~7 min on one free core
+@pytest.mark.timeout(3600)  # 400,000 simulated requests: ~7 min on one free core, two used
 def test_simulated_training_traffic_is_rarely_flagged_for_simulator_trained_policies() -> None:
     policies = by_data("simulated")
     assert policies
@@ -100,3 +100,12 @@ def test_simulated_training_traffic_is_rarely_flagged_for_simulator_trained_poli
         # training support: under 1% of rows outside the training range
         assert sum(w.out_of_support_rows for w in ws) <= 0.01 * sum(w.n_rows for w in ws)
         assert rate <= BOUND, p
+
+
+def test_the_parallel_stream_is_the_serial_stream() -> None:
+    serial, parallel = stream("train", 3, chunk_episodes=2), stream("train", 3, 2, workers=2)
+    for _ in range(4):
+        a, b = next(serial), next(parallel)
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+        assert a[2] == b[2] and np.array_equal(a[3], b[3])
+    parallel.close()  # ends the pool

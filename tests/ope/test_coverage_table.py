@@ -75,11 +75,15 @@ def test_harness_counts_what_the_service_computes(table_setting: Setting) -> Non
     assert isinstance(ips, Estimate)
     assert ips.value == pytest.approx(float((w * reward).mean()), rel=1e-12)
     # The harness reads betting coverage at the truth; the grid interval contains that set.
-    cs = PairedOffPolicyBettingCS(0.05, n_planned=n)
+    # Each bound is the grid point just outside the first candidate not rejected, so it may
+    # reach one grid step (2 / grid_size in difference units) past the set: probe inside that.
+    grid_size = 1000
+    cs = PairedOffPolicyBettingCS(0.05, n_planned=n, grid_size=grid_size)
     cs.update(weight=data.weight, reward=reward)
     interval = cs.interval()
     lo, hi = difference_pseudo_outcomes(w[None, :], reward[None, :])
-    for d in np.linspace(interval.lower + 1e-3, interval.upper - 1e-3, 7):
+    step = 2 / grid_size
+    for d in np.linspace(interval.lower + step, interval.upper - step, 7):
         assert bet_covers(lo, hi, (1 + d) / 2, (1 - d) / 2, n)[0]
     for d in (interval.lower - 0.01, interval.upper + 0.01):
         if -1 < d < 1:

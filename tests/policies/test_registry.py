@@ -55,7 +55,8 @@ def test_manifests_record_the_running_feature_definitions(registry: Registry) ->
     assert registry.manifests[PREDICTOR].feature_hash == PREDICTOR_FEATURES.definition_hash
     summary = registry.manifests[SCORER].training_data
     assert set(summary.feature_means) == set(DEFAULT_FEATURES.names)
-    assert summary.hardware_classes == ("K80", "P100", "V100")
+    # trained on the simulator's `train` scenario (service.learning.build_models)
+    assert summary.hardware_classes == ("K80", "V100")
 
 
 def test_cuda_configured_but_absent_runs_on_cpu_and_says_so(
@@ -143,11 +144,11 @@ REFUSALS = [
         SCORER,
         r"`inputs` names are \['x'\] in the manifest, \['features'\] in the model",
     ),
-    (wrong_manifest_shape, SCORER, r"`inputs\[0\].shape` must be \[N, 38\], got \['N', 25\]"),
+    (wrong_manifest_shape, SCORER, r"`inputs\[0\].shape` must be \[N, 39\], got \['N', 25\]"),
     (
         model_of_other_shape,
         SCORER,
-        r"`inputs\[0\].shape` is \['N', 38\] in the manifest, \[.*14\] in the model",
+        r"`inputs\[0\].shape` is \['N', 39\] in the manifest, \[.*18\] in the model",
     ),
     (
         wrong_output_dtype,

@@ -35,6 +35,11 @@ class RowsOnly:
     def predict_rows(self, x: NDArray[np.float32]) -> NDArray[np.float32]:
         return self.inner.predict_rows(x)
 
+    def predict_rows_flagged(
+        self, x: NDArray[np.float32]
+    ) -> tuple[NDArray[np.float32], NDArray[np.float32] | None]:
+        return self.inner.predict_rows_flagged(x)
+
 
 def _fields(decisions: list[Any]) -> list[tuple[Any, ...]]:
     """Every field but the wall-clock latency, arrays as bytes."""
