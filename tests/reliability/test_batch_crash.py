@@ -66,18 +66,21 @@ def _logged(url: str) -> tuple[list[str], dict[str, set[str]], set[str]]:
     """Request ids logged, each request's policies with a decision, registered policies."""
     engine = make_engine(url)
     try:
-        with engine.connect() as conn:
+        # one snapshot for every statement: the server may be writing meanwhile
+        with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
             ids = list(conn.execute(text("SELECT request_id FROM requests")).scalars())
             decided: dict[str, set[str]] = {}
-            for request_id, policy in conn.execute(
-                text("SELECT request_id, policy_name FROM decisions")
+            for request_id, policy, n in conn.execute(
+                text(
+                    "SELECT request_id, policy_name, count(*) FROM decisions"
+                    " GROUP BY request_id, policy_name"
+                )
             ):
+                assert n == 1, f"{request_id} has {n} decisions of {policy}"
                 decided.setdefault(request_id, set()).add(policy)
-            n_decisions = conn.execute(text("SELECT count(*) FROM decisions")).scalar_one()
             policies = set(conn.execute(text("SELECT name FROM policies")).scalars())
     finally:
         engine.dispose()
-    assert n_decisions == sum(len(p) for p in decided.values()), "one decision per policy"
     return ids, decided, policies
 
 
