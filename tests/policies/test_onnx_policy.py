@@ -122,13 +122,19 @@ def test_onnx_runtime_failure_becomes_a_scoring_error(batch: ScoringBatch) -> No
         load_manifest(POLICIES_DIR / "gavel-scorer" / "policy.yaml"), name="reshaper"
     )
     policy = OnnxPolicy(OnnxModel(manifest, reshaping_model()), ProbabilityRule())
-    odd = dataclasses.replace(batch, features=batch.features[:51], mask=batch.mask[:51])
-    odd = dataclasses.replace(odd, offsets=np.array([0, 51], dtype=np.int64), requests=())
+    # The model reshapes its input to (-1, 4): it runs when rows x features divide by 4
+    # (and then returns the wrong count), and ONNX Runtime fails when they do not.
+    width = batch.features.shape[1]
+    fits = next(n for n in range(48, len(batch.features)) if n * width % 4 == 0)
+    bad = fits - 1 if (fits - 1) * width % 4 else fits + 1
+    odd = dataclasses.replace(batch, features=batch.features[:bad], mask=batch.mask[:bad])
+    odd = dataclasses.replace(odd, offsets=np.array([0, bad], dtype=np.int64), requests=())
     with pytest.raises(PolicyScoringError, match=r"policy `reshaper`: ONNX Runtime failed: "):
         policy.decide(odd, np.random.default_rng(0))
-    even = dataclasses.replace(odd, features=batch.features[:50], mask=batch.mask[:50])
-    even = dataclasses.replace(even, offsets=np.array([0, 50], dtype=np.int64))
-    with pytest.raises(PolicyScoringError, match=r"expected 50 scores, got \(475,\)"):
+    even = dataclasses.replace(odd, features=batch.features[:fits], mask=batch.mask[:fits])
+    even = dataclasses.replace(even, offsets=np.array([0, fits], dtype=np.int64))
+    got = fits * width // 4
+    with pytest.raises(PolicyScoringError, match=rf"expected {fits} scores, got \({got},\)"):
         policy.decide(even, np.random.default_rng(0))
     run = decide_isolated(policy, odd, np.random.default_rng(0))
     assert run.decisions.status == (DecisionStatus.ERROR,) and "ONNX Runtime failed" in str(
