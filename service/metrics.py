@@ -96,6 +96,12 @@ class ServiceMetrics:
             "gRPC streams closed because the client sent nothing for the idle timeout.",
             registry=registry,
         )
+        self.grpc_streams_unread_closed = Counter(
+            "understudy_grpc_streams_unread_closed",
+            "gRPC streams cancelled because the client kept sending but read none of the "
+            "acks waiting for it for the idle timeout (the server stops reading first).",
+            registry=registry,
+        )
         self.grpc_stream_refusals = Counter(
             "understudy_grpc_stream_refusals",
             "Stream messages acked REJECTED or REPEATED_SEQUENCE, by kind and the ack's reason "

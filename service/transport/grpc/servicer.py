@@ -226,6 +226,12 @@ class ShadowEvaluationServicer:
                 for raw in requests:
                     progress.touch()
                     _consume_one(raw, lane)
+                    if not progress.wait_for_room(idle_s):
+                        # Sends but reads no ack: cancel rather than hold its acks for ever.
+                        self._metrics.grpc_streams_unread_closed.inc()
+                        log.warning("%s stream cancelled: its acks went unread", kind)
+                        context.cancel()
+                        break
             except grpc.RpcError:
                 log.info("%s stream ended by the client", kind)
             except Exception:  # a reader must never die silently and hang the acks

@@ -58,6 +58,10 @@ class StreamIdle(Exception):
         self.limit_s = limit_s
 
 
+MAX_UNSENT_ACKS = 64
+"""Individual (refusal) acks a stream may hold unsent before the server stops reading it."""
+
+
 class AckPipe(Generic[A]):
     """Shared state between a stream's reader thread and its ack generator.
 
@@ -68,9 +72,14 @@ class AckPipe(Generic[A]):
     nothing has arrived (or been recorded) for that long; None never closes.
     """
 
-    def __init__(self, idle_close_s: float | None = None) -> None:
+    def __init__(
+        self, idle_close_s: float | None = None, max_unsent: int = MAX_UNSENT_ACKS
+    ) -> None:
         self._lock = threading.Lock()
         self._individual: deque[A] = deque()
+        self._max_unsent = max_unsent
+        self._room = threading.Condition(self._lock)  # the reader waits here for acks to go
+        self._reader_waiting = False
         self._through = 0
         self._announced_through = 0
         self._finished = False
@@ -106,6 +115,28 @@ class AckPipe(Generic[A]):
     def _cumulative_locked(self) -> A:
         """Under `_lock`: the cumulative ack for every sequence <= `_through`."""
         raise NotImplementedError
+
+    def wait_for_room(self, timeout_s: float) -> bool:
+        """Before reading the next message: wait while `max_unsent` individual acks are
+        queued and not taken by the ack generator. False when none was taken for
+        `timeout_s` (the client sends but does not read its acks: the caller ends the
+        stream).
+
+        Why: an ack the client does not read stays in this queue, and a refused batch's
+        ack names every refused request (~180 B each), so a client that only sends could
+        grow the server without bound (found by tests/hostile/test_batch_slow_clients.py).
+        Not reading holds the client back through gRPC's flow control instead.
+        """
+        with self._lock:
+            deadline = time.monotonic() + timeout_s
+            while len(self._individual) >= self._max_unsent and not self._closed:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._reader_waiting = True
+                self._room.wait(left)
+            self._reader_waiting = False
+            return True
 
     def finish(self) -> None:
         """Mark the client's half of the stream as done (or broken)."""
@@ -163,6 +194,8 @@ class AckPipe(Generic[A]):
                         self._waiting = False
                 pending = list(self._individual)
                 self._individual.clear()
+                if self._reader_waiting:  # rare: only a reader held back by unread acks
+                    self._room.notify()
                 cumulative = None
                 if self._through > self._announced_through:
                     cumulative = self._cumulative_locked()
@@ -184,6 +217,7 @@ class AckPipe(Generic[A]):
             if self._closed:
                 return
             self._closed = True
+            self._room.notify_all()  # a reader held back has nobody left to wait for
             os.close(self._wake_r)
             os.close(self._wake_w)
 
