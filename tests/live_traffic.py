@@ -18,9 +18,20 @@ from service.server.app import Service
 from service.wire.convert import mirror_request_to_pb, outcome_to_pb
 
 
-def send_events(service: Service, token: str, events: Sequence[MirrorRequest | Outcome]) -> None:
-    """Mirror every request and report every outcome, in order; every one acked."""
-    with MirrorClient(f"127.0.0.1:{service.grpc_port}", token) as client:
+def send_events(
+    service: Service,
+    token: str,
+    events: Sequence[MirrorRequest | Outcome],
+    *,
+    batching: bool = True,
+) -> None:
+    """Mirror every request and report every outcome, in order; every one acked.
+
+    `batching` False sends them one message each (single-request streams), so each
+    request is its own journal record: what a test needs that compares per-request
+    arrival order with the log's ``journal_seq`` order (rows of one batch record share
+    their seq; docs/drift.md, "Limits")."""
+    with MirrorClient(f"127.0.0.1:{service.grpc_port}", token, batching=batching) as client:
         for event in events:
             if isinstance(event, MirrorRequest):
                 assert client.mirror(mirror_request_to_pb(event))

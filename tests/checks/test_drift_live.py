@@ -65,7 +65,10 @@ def test_live_drift_windows_match_the_offline_section(
     events = simulated_runtime(episodes=3, seed=0)
     n_requests = sum(isinstance(e, MirrorRequest) for e in events)
     assert n_requests >= 2 * WINDOW
-    send_events(service, runtime_token, events)
+    # One record per request: the offline section orders by journal_seq, and the rows of
+    # one batch record share it (docs/drift.md, "Limits"), so batches could move a window
+    # boundary between the two readings.
+    send_events(service, runtime_token, events, batching=False)
     wait_for(lambda: service.journal.depth_records("scorer") == 0, "the scorer did not drain")
 
     def windows(p: str) -> float:
