@@ -90,7 +90,7 @@ def checked_windows(
     out: list[CheckedWindow] = []
     pending: list[OutcomeRows] = []  # outcome rows of the open window, global request index
     seen = 0  # requests fed so far
-    for x, offsets, cats, times, rows in stream(scenario, seed):
+    for x, offsets, cats, times, rows in stream(scenario, seed, workers=2):
         pending.append(OutcomeRows(rows.request_index + seen, rows.hardware, rows.cell,
                                    rows.log_throughput))  # fmt: skip
         seen += len(offsets) - 1
