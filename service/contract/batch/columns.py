@@ -57,6 +57,21 @@ BATCH_SCHEMA_VERSION = 2
 """What a `MirrorBatch` on the wire speaks. Internally a batch of one may be schema 1
 (the single-request RPCs serve a schema-1 request as a batch of one)."""
 
+NODE_NUMBER_COLUMNS = (
+    "node_hardware",
+    "accelerators_free",
+    "accelerators_total",
+    "cpu_free",
+    "cpu_total",
+    "memory_free_gb",
+    "memory_total_gb",
+    "utilisation",
+    "queue_length",
+)
+"""The per-node numeric columns, in wire order (validation, identity and the codec walk them)."""
+NODE_FLAG_COLUMNS = ("healthy", "draining")
+"""The per-node flag columns (u8 0/1 on the wire), after the numeric ones."""
+
 SLO_MET_UNKNOWN = 2
 """`OutcomeColumns.slo_met` value for "not given" (0 false, 1 true)."""
 

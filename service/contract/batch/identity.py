@@ -55,6 +55,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.contract.batch import RequestBatch, Strings
+from service.contract.batch.columns import NODE_FLAG_COLUMNS, NODE_NUMBER_COLUMNS
 from service.contract.hardware import CAPABILITIES, HardwareClass
 from service.contract.request import MirrorRequest
 from service.contract.state import ClusterState
@@ -357,6 +358,15 @@ def _hardware_bytes(h: HardwareClass) -> bytes:
     return _LENGTH.pack(len(name)) + name + _HARDWARE.pack(*numbers)
 
 
+def _fill_node_columns(rows: NDArray[Any], source: object) -> None:
+    """The per-node numbers and flags of `source` (a `StateColumns` or a `ClusterState`:
+    the same names) into node `rows`: the batch and the single encoder share this."""
+    for name in NODE_NUMBER_COLUMNS:
+        rows[name] = getattr(source, name)
+    for name in NODE_FLAG_COLUMNS:
+        rows[name] = np.asarray(getattr(source, name)).view(np.uint8) != 0
+
+
 def state_encodings(batch: RequestBatch) -> tuple[NDArray[np.uint8], NDArray[Any]]:
     """The canonical encoding of every snapshot of `batch`: bytes and n_states + 1 offsets."""
     st = batch.states
@@ -384,20 +394,7 @@ def state_encodings(batch: RequestBatch) -> tuple[NDArray[np.uint8], NDArray[Any
 
     node_rows = np.empty(n_nodes, dtype=_NODE_ROW)
     node_rows["node_id_bytes"] = _diff(_string_offsets(st.node_ids, n_nodes))
-    for name in (
-        "node_hardware",
-        "accelerators_free",
-        "accelerators_total",
-        "cpu_free",
-        "cpu_total",
-        "memory_free_gb",
-        "memory_total_gb",
-        "utilisation",
-        "queue_length",
-    ):
-        node_rows[name] = getattr(st, name)
-    node_rows["healthy"] = np.asarray(st.healthy).view(np.uint8) != 0
-    node_rows["draining"] = np.asarray(st.draining).view(np.uint8) != 0
+    _fill_node_columns(node_rows, st)
     node_rows["zone_bytes"] = _diff(_string_offsets(st.zone, n_nodes))
     node_rows["locality_bytes"] = _diff(_string_offsets(st.locality, n_nodes))
     node_rows["n_labels"] = _diff(label_offsets)
@@ -607,20 +604,7 @@ def _state_encoding(s: ClusterState) -> bytes:
     sent = len(s.device_offsets) > 0
     rows = np.empty(n, dtype=_NODE_ROW)
     rows["node_id_bytes"] = node_id_bytes
-    for name in (
-        "node_hardware",
-        "accelerators_free",
-        "accelerators_total",
-        "cpu_free",
-        "cpu_total",
-        "memory_free_gb",
-        "memory_total_gb",
-        "utilisation",
-        "queue_length",
-    ):
-        rows[name] = getattr(s, name)
-    rows["healthy"] = np.asarray(s.healthy).view(np.uint8) != 0
-    rows["draining"] = np.asarray(s.draining).view(np.uint8) != 0
+    _fill_node_columns(rows, s)
     rows["zone_bytes"] = zone_bytes
     rows["locality_bytes"] = locality_bytes
     rows["n_labels"] = [len(members) for members in s.labels]

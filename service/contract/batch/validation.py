@@ -59,6 +59,7 @@ from service.contract.batch import (
     RequestBatch,
     Strings,
 )
+from service.contract.batch.columns import NODE_FLAG_COLUMNS, NODE_NUMBER_COLUMNS
 from service.contract.device_validation import _DERIVE, UNKNOWN_MEMORY_HINT
 from service.contract.errors import InvalidInput, UnsupportedSchemaVersion
 from service.contract.feasibility import _Batch as _FeasibilityColumns
@@ -360,19 +361,7 @@ def check_layout(batch: RequestBatch) -> None:
     nn = st.n_nodes
     _layout_offsets("states.hardware_offsets", st.hardware_offsets, n_states, len(st.hardware))
     _layout_monotone("states.hardware_offsets", st.hardware_offsets)
-    for name in (
-        "node_hardware",
-        "accelerators_free",
-        "accelerators_total",
-        "cpu_free",
-        "cpu_total",
-        "memory_free_gb",
-        "memory_total_gb",
-        "utilisation",
-        "queue_length",
-        "healthy",
-        "draining",
-    ):
+    for name in (*NODE_NUMBER_COLUMNS, *NODE_FLAG_COLUMNS):
         _layout_length(f"states.{name}", getattr(st, name), nn)
     for name in ("node_ids", "zone", "locality"):
         _layout_strings(f"states.{name}", getattr(st, name), nn)
