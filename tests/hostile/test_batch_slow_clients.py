@@ -16,7 +16,6 @@ protects itself as it does for single requests.
 from __future__ import annotations
 
 import logging
-import select
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -40,7 +39,13 @@ from tests.hostile.test_idle_streams import (
     _start,
     _wait,
 )
-from tests.hostile.test_slow_clients import LATE_S, SlowClient, _connect, _server_with_deadline
+from tests.hostile.test_slow_clients import (
+    LATE_S,
+    SlowClient,
+    _connect,
+    _server_with_deadline,
+    drip_until_closed,
+)
 from tests.reliability.batch_load import Batch, shaped_batches
 
 pytestmark = pytest.mark.live  # waits on a real service: run under load by make test-busy
@@ -72,23 +77,7 @@ def _dribble(port: int, token: str, body: bytes, client: SlowClient, give_up_s: 
             pending = _head(port, token, len(body))
         elif client.kind == "body":
             sock.sendall(_head(port, token, len(body)) + body[: len(body) // 2])
-        while time.perf_counter() - started < give_up_s:
-            if pending:
-                try:
-                    sock.send(pending[:1])
-                except OSError:
-                    break
-                pending = pending[1:]
-            readable, _, _ = select.select([sock], [], [], 0.25)
-            if readable:
-                try:
-                    data = sock.recv(65536)
-                except OSError:
-                    data = b""
-                client.response += data
-                if not data:
-                    client.closed_after = time.perf_counter() - started
-                    return
+        drip_until_closed(sock, client, pending, started, give_up_s)
 
 
 @contextmanager

@@ -122,6 +122,30 @@ class SlowClient:
     response: bytes = b""
 
 
+def drip_until_closed(
+    sock: socket.socket, client: SlowClient, pending: bytes, started: float, give_up_s: float
+) -> None:
+    """Send `pending` a byte at a time while reading, until the server closes the
+    connection (`client.closed_after`, from `started`) or `give_up_s` passes."""
+    while time.perf_counter() - started < give_up_s:
+        if pending:
+            try:
+                sock.send(pending[:1])
+            except OSError:
+                break
+            pending = pending[1:]
+        readable, _, _ = select.select([sock], [], [], 0.25)
+        if readable:
+            try:
+                data = sock.recv(65536)
+            except OSError:
+                data = b""
+            client.response += data
+            if not data:
+                client.closed_after = time.perf_counter() - started
+                return
+
+
 def _dribble(port: int, token: str, client: SlowClient, give_up_s: float) -> None:
     """Act out `client.kind` until the server closes the connection (or we give up)."""
     body = b'{"schema_version": 1, "request_id": "slow"'
@@ -132,23 +156,7 @@ def _dribble(port: int, token: str, client: SlowClient, give_up_s: float) -> Non
             pending = _headers(port, token, "Content-Length: 10\r\n")
         elif client.kind == "body":
             sock.sendall(_headers(port, token, f"Content-Length: {len(body) * 4}\r\n") + body)
-        while time.perf_counter() - started < give_up_s:
-            if pending:
-                try:
-                    sock.send(pending[:1])
-                except OSError:
-                    break
-                pending = pending[1:]
-            readable, _, _ = select.select([sock], [], [], 0.25)
-            if readable:
-                try:
-                    data = sock.recv(65536)
-                except OSError:
-                    data = b""
-                client.response += data
-                if not data:
-                    client.closed_after = time.perf_counter() - started
-                    return
+        drip_until_closed(sock, client, pending, started, give_up_s)
 
 
 @contextmanager
