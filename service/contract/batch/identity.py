@@ -219,7 +219,9 @@ def _gather(
 def _assemble(components: Sequence[Component], n: int) -> tuple[NDArray[np.uint8], NDArray[Any]]:
     """Row i's encoding is each component's piece of row i, in order; all rows concatenated.
 
-    Returns the bytes and the n + 1 row offsets into them.
+    Returns the bytes and the n + 1 row offsets into them. The pieces are cut and joined by
+    ``map`` over slice objects (C loops, one step per piece): a byte-wise gather index costs
+    per byte, and the pieces here average tens of bytes (about 6x slower, measured).
     """
     if n == 1:  # one row (a single request, a lone snapshot): slices joined, no index work
         row = b"".join(
@@ -230,7 +232,12 @@ def _assemble(components: Sequence[Component], n: int) -> tuple[NDArray[np.uint8
     bases = _offsets(np.array([len(s) for s in sources], dtype=np.int64))[:-1]
     starts = np.stack([c[1].astype(np.int64, copy=False) for c in components], axis=1) + bases
     lengths = np.stack([c[2].astype(np.int64, copy=False) for c in components], axis=1)
-    data, _ = _gather(np.concatenate(sources), starts.reshape(-1), lengths.reshape(-1))
+    source = np.concatenate(sources).tobytes()  # bytes slices are cheaper than memoryviews
+    flat_starts, flat_lengths = starts.ravel(), lengths.ravel()
+    cut = flat_lengths > 0  # optional parts are mostly empty: about half the pieces
+    first = flat_starts[cut]
+    cuts = map(slice, first.tolist(), (first + flat_lengths[cut]).tolist())
+    data = np.frombuffer(b"".join(map(source.__getitem__, cuts)), dtype=np.uint8)
     return data, _offsets(lengths.sum(axis=1))
 
 
