@@ -162,9 +162,7 @@ class Generator:
                 if now >= end:
                     return
                 if open_loop:
-                    due = self._due(cmd, started, i)
-                    if due > now:
-                        time.sleep(min(due - now, 0.002))
+                    if (due := loadgen.due_or_sleep(started, i, float(cmd["rate"]), now)) is None:
                         continue
                 else:
                     with cond:
@@ -229,9 +227,7 @@ class Generator:
                 if now >= end:
                     break
                 if open_loop:
-                    due = self._due(cmd, started, i)
-                    if due > now:
-                        time.sleep(min(due - now, 0.002))
+                    if (due := loadgen.due_or_sleep(started, i, float(cmd["rate"]), now)) is None:
                         continue
                 else:
                     due = now
@@ -280,14 +276,9 @@ class Generator:
                         t.n = max(t.n, i + 1)
                     body = bodies[i % len(bodies)].body(cmd["tag"], i)
                     writer.write(head + str(len(body)).encode() + b"\r\n\r\n" + body)
-                    header = await reader.readuntil(b"\r\n\r\n")
-                    length = 0
-                    for line in header.split(b"\r\n"):
-                        if line[:15].lower() == b"content-length:":
-                            length = int(line[15:])
-                    payload = await reader.readexactly(length)
+                    code, payload = await loadgen.read_response(reader)
                     now = time.perf_counter()
-                    if int(header[9:12]) in (200, 400):
+                    if code in (200, 400):
                         reply = json.loads(payload)
                         t.ack(i, now, reply["accepted"], reply["shed"], reply["rejected"])
                     else:

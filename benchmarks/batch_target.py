@@ -19,30 +19,31 @@ Each prints one JSON line (ports, pid) when serving and stops on SIGTERM. Loopba
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
 import json
 import signal
-import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
-from concurrent import futures
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import grpc
 
+from benchmarks.bare_servers import (
+    announce,
+    serve_aio_grpc,
+    serve_aio_http,
+    serve_sync_grpc,
+    serve_sync_http,
+)
 from benchmarks.target import (
     ADMIN_TOKEN,
     MIRROR_ACK,
     SERVICE,
     TOKEN,
     AppendTimer,
-    _announce,
     _stream_ack,
-    _wait_for_sigterm,
 )
 from service.wire.understudy.v1 import batch_pb2, contract_pb2, shadow_pb2
 
@@ -150,90 +151,24 @@ def aio_handlers() -> grpc.GenericRpcHandler:
 OPTIONS = [("grpc.max_receive_message_length", 16 << 20)]
 
 
+def _http_reply(path: str, body: bytes) -> tuple[int, bytes]:
+    return 200, http_reply(path, body)
+
+
 def bare_sync_grpc() -> None:
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=OPTIONS)
-    server.add_generic_rpc_handlers((sync_handlers(),))
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    _announce(grpc_port=port)
-    _wait_for_sigterm()
-    server.stop(0)
+    serve_sync_grpc(sync_handlers(), OPTIONS)
 
 
 def bare_aio_grpc() -> None:
-    async def main() -> None:
-        server = grpc.aio.server(options=OPTIONS)
-        server.add_generic_rpc_handlers((aio_handlers(),))
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        _announce(grpc_port=port)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGTERM, stop.set)
-        loop.add_signal_handler(signal.SIGINT, stop.set)
-        await stop.wait()
-        await server.stop(0)
-
-    asyncio.run(main())
+    serve_aio_grpc(aio_handlers(), OPTIONS)
 
 
 def bare_aio_http() -> None:
-    import uvicorn
-
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return
-        chunks, more = [], True
-        while more:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            more = message.get("more_body", False)
-        reply = http_reply(scope["path"], b"".join(chunks))
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(reply)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": reply})
-
-    # IPPROTO_TCP so asyncio sets TCP_NODELAY (see benchmarks.target.bare_aio_http)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(1024)
-    _announce(http_port=sock.getsockname()[1])
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
-    uvicorn.Server(config).run(sockets=[sock])
+    serve_aio_http(_http_reply, read_body=True)
 
 
 def bare_sync_http() -> None:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        disable_nagle_algorithm = True
-
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            reply = http_reply(self.path, body)
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(reply)))
-            self.end_headers()
-            self.wfile.write(reply)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    _announce(http_port=server.server_address[1])
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    _wait_for_sigterm()
-    server.shutdown()
+    serve_sync_http(_http_reply, read_body=True)
 
 
 class GcPauses:
@@ -290,7 +225,7 @@ def understudy(args: argparse.Namespace) -> None:
     gc.callbacks.append(pauses.callback)
     service.start()
     service.wait_started()
-    _announce(grpc_port=service.grpc_port, http_port=service.http_port)
+    announce(grpc_port=service.grpc_port, http_port=service.http_port)
     stopper = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopper.set())
     signal.signal(signal.SIGINT, lambda *_: stopper.set())

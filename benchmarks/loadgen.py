@@ -36,6 +36,28 @@ from service.wire.understudy.v1 import shadow_pb2
 STREAM = "/understudy.v1.ShadowEvaluation/MirrorStream"
 UNARY = "/understudy.v1.ShadowEvaluation/Mirror"
 DRAIN_S = 15.0
+
+
+def due_or_sleep(started: float, i: int, rate: float, now: float) -> float | None:
+    """Open loop: message `i`'s scheduled send time if it has come; else sleep a slice
+    (at most 2 ms, so a late schedule is caught up at once) and return None."""
+    due = started + i / rate
+    if due > now:
+        time.sleep(min(due - now, 0.002))
+        return None
+    return due
+
+
+async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    """One HTTP/1.1 response off a kept-alive connection: (status, body)."""
+    header = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in header.split(b"\r\n"):
+        if line[:15].lower() == b"content-length:":
+            length = int(line[15:])
+    return int(header[9:12]), await reader.readexactly(length)
+
+
 ACCEPTED, SHED = shadow_pb2.ACK_STATUS_ACCEPTED, shadow_pb2.ACK_STATUS_SHED
 
 
@@ -145,9 +167,7 @@ class Generator:
                 if now >= end:
                     return
                 if cmd.mode == "open":
-                    due = started + i / cmd.rate
-                    if due > now:
-                        time.sleep(min(due - now, 0.002))
+                    if (due := due_or_sleep(started, i, cmd.rate, now)) is None:
                         continue
                 else:
                     with cond:
@@ -210,9 +230,7 @@ class Generator:
                 if now >= end:
                     break
                 if cmd.mode == "open":
-                    due = started + i / cmd.rate
-                    if due > now:
-                        time.sleep(min(due - now, 0.002))
+                    if (due := due_or_sleep(started, i, cmd.rate, now)) is None:
                         continue
                 else:
                     due = now
@@ -259,13 +277,7 @@ class Generator:
                     body = self.json[i % len(self.json)].body(cmd.tag, i)
                     t.sent[i] = time.perf_counter()
                     writer.write(head + str(len(body)).encode() + b"\r\n\r\n" + body)
-                    header = await reader.readuntil(b"\r\n\r\n")
-                    length = 0
-                    for line in header.split(b"\r\n"):
-                        if line[:15].lower() == b"content-length:":
-                            length = int(line[15:])
-                    payload = await reader.readexactly(length)
-                    code = int(header[9:12])
+                    code, payload = await read_response(reader)
                     if code == 202 and b"shed" not in payload:
                         t.acked[i] = time.perf_counter()
                     elif code == 202:

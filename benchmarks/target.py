@@ -18,22 +18,24 @@ Loopback only.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import bisect
 import json
-import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
-from concurrent import futures
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import grpc
 
+from benchmarks.bare_servers import (
+    announce,
+    serve_aio_grpc,
+    serve_aio_http,
+    serve_sync_grpc,
+    serve_sync_http,
+)
 from benchmarks.workload import read_varint
 
 TOKEN = "bench-token"
@@ -70,16 +72,14 @@ def _sequence(raw: bytes) -> int:
     return read_varint(raw, 1)[0] if raw[:1] == b"\x08" else 0
 
 
-def _wait_for_sigterm() -> None:
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    while not stop.wait(0.5):
-        pass
-
-
-def _announce(**fields: Any) -> None:
-    print(json.dumps({"event": "listening", "pid": os.getpid(), **fields}), flush=True)
+def _handlers(unary: Any, stream: Any) -> grpc.GenericRpcHandler:
+    return grpc.method_handlers_generic_handler(
+        SERVICE,
+        {
+            "Mirror": grpc.unary_unary_rpc_method_handler(unary),
+            "MirrorStream": grpc.stream_stream_rpc_method_handler(stream),
+        },
+    )
 
 
 def bare_sync_grpc() -> None:
@@ -90,23 +90,7 @@ def bare_sync_grpc() -> None:
         for raw in requests:
             yield _stream_ack(_sequence(raw))
 
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
-    server.add_generic_rpc_handlers(
-        (
-            grpc.method_handlers_generic_handler(
-                SERVICE,
-                {
-                    "Mirror": grpc.unary_unary_rpc_method_handler(unary),
-                    "MirrorStream": grpc.stream_stream_rpc_method_handler(stream),
-                },
-            ),
-        )
-    )
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    _announce(grpc_port=port)
-    _wait_for_sigterm()
-    server.stop(0)
+    serve_sync_grpc(_handlers(unary, stream))
 
 
 def bare_aio_grpc() -> None:
@@ -117,87 +101,19 @@ def bare_aio_grpc() -> None:
         async for raw in requests:
             yield _stream_ack(_sequence(raw))
 
-    async def main() -> None:
-        server = grpc.aio.server()
-        server.add_generic_rpc_handlers(
-            (
-                grpc.method_handlers_generic_handler(
-                    SERVICE,
-                    {
-                        "Mirror": grpc.unary_unary_rpc_method_handler(unary),
-                        "MirrorStream": grpc.stream_stream_rpc_method_handler(stream),
-                    },
-                ),
-            )
-        )
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        _announce(grpc_port=port)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGTERM, stop.set)
-        loop.add_signal_handler(signal.SIGINT, stop.set)
-        await stop.wait()
-        await server.stop(0)
+    serve_aio_grpc(_handlers(unary, stream))
 
-    asyncio.run(main())
+
+def _http_ack(path: str, body: bytes) -> tuple[int, bytes]:
+    return 202, HTTP_ACK
 
 
 def bare_aio_http() -> None:
-    import uvicorn
-
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return
-        more = True
-        while more:
-            message = await receive()
-            more = message.get("more_body", False)
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 202,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(HTTP_ACK)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": HTTP_ACK})
-
-    # proto=IPPROTO_TCP, so asyncio sets TCP_NODELAY on accepted connections (it checks
-    # the proto); without it Nagle + delayed ACK add ~40 ms to a two-write response.
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(1024)
-    _announce(http_port=sock.getsockname()[1])
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
-    uvicorn.Server(config).run(sockets=[sock])
+    serve_aio_http(_http_ack, read_body=False)
 
 
 def bare_sync_http() -> None:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        disable_nagle_algorithm = True  # headers and body are separate writes
-
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            self.send_response(202)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(HTTP_ACK)))
-            self.end_headers()
-            self.wfile.write(HTTP_ACK)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    _announce(http_port=server.server_address[1])
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    _wait_for_sigterm()
-    server.shutdown()
+    serve_sync_http(_http_ack, read_body=False)
 
 
 def understudy(args: argparse.Namespace) -> None:
@@ -242,7 +158,7 @@ def understudy(args: argparse.Namespace) -> None:
     pg_pid = int(pg.read_text().split()[0]) if pg.exists() else None
     scorer = service.scorer
     handler = scorer.handler if isinstance(scorer, ScorerLoop) else None
-    _announce(
+    announce(
         grpc_port=service.grpc_port,
         http_port=service.http_port,
         pg_pid=pg_pid,
