@@ -16,7 +16,8 @@ given when a batch goes onto a stream (strictly increasing over the lane's
 life, so a resend gets a new, higher number: the service tracks sequences per
 stream only, docs/client.md); after a broken stream every sent-but-unretired
 batch goes out again, whole and first, on the next stream, and nothing a
-cumulative ack retired is ever sent again.
+cumulative ack retired is ever sent again. A batch's first resend counts it
+(and its requests) as resent; the ones after it, on further reconnects, do not.
 
 Acks (`BatchAck`, shadow.proto): ACCEPTED with no rejections is cumulative and
 retires every batch up to its sequence; a batch with shed or rejected requests
@@ -28,14 +29,14 @@ lane can name: they are `protocol_errors`, never a change to a batch's fate.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.client.lane import ACCEPTED, NO_SEQUENCE, REJECTED, REPEATED_SEQUENCE, LaneStats
+from service.client.guarded import Guarded
+from service.client.lane import ACCEPTED, LaneStats, names_no_message
 
 CUT_REASONS = ("requests", "bytes", "linger", "flush")
 """Why a batch was cut: full by count, full by encoded size, linger elapsed, flush asked."""
@@ -58,7 +59,12 @@ class Built:
 
 @dataclass(frozen=True)
 class BatchStats:
-    """How a lane batched: sizes, linger and cut reasons, over first sends of batches."""
+    """How a lane batched: sizes, linger and cut reasons, over first sends of batches.
+
+    `batches_resent` counts the batches that went out again after a broken stream, each
+    once however many reconnects it took before its ack (a failed attempt hands the
+    batch to its stream too); the requests in them are `LaneStats.resent`.
+    """
 
     batches_sent: int = 0
     batches_resent: int = 0
@@ -97,7 +103,7 @@ class _Fate:
     reasons: Counter[str]
 
 
-class Batcher:
+class Batcher(Guarded):
     """Bounded, batching, sequenced, resendable lane of one kind of request.
 
     `convert(item)` turns an offered item into what `encode` takes, on the sender
@@ -120,10 +126,10 @@ class Batcher:
     ) -> None:
         if max_requests < 1 or max_bytes < 1 or linger_s < 0:
             raise ValueError("max_requests and max_bytes must be >= 1, linger_s >= 0")
+        super().__init__()
         self._capacity = capacity
         self._convert, self._encode, self._ids, self._divert = convert, encode, ids, divert
         self.max_requests, self.max_bytes, self.linger_s = max_requests, max_bytes, linger_s
-        self._cond = threading.Condition()
         # pending: (item, converted?, offered_at); ready: built, not on a live stream yet
         self._pending: deque[tuple[Any, bool, float]] = deque()
         self._ready: deque[_Batch] = deque()
@@ -264,18 +270,13 @@ class Batcher:
             self._divert(item, exc)
             self._cond.notify_all()
 
-    def locked(self, fn: Callable[[], Any]) -> Any:
-        """`fn()` under this lane's lock (a consistent read across this lane and another)."""
-        with self._cond:
-            return fn()
-
     def _put_on_stream(self, batch: _Batch) -> tuple[int, Any]:
         """Under the lock: number the batch for this stream and hold it until acked."""
         batch.seq = self._next_seq
         self._next_seq += 1
         batch.sent_at = time.monotonic()
-        if batch.sends:
-            self._batches_resent += 1
+        if batch.sends == 1:  # its first resend; later ones (reconnects that failed) are not
+            self._batches_resent += 1  # counted again: `resent` <= offered, per request
             self._resent += batch.built.n
         batch.sends += 1
         self._sent.append(batch)
@@ -301,7 +302,7 @@ class Batcher:
         """Apply one `BatchAck`: an individual fate, or a cumulative ack retiring batches."""
         status, sequence = ack.status, ack.sequence
         with self._cond:
-            if status == REPEATED_SEQUENCE or (status == REJECTED and sequence == NO_SEQUENCE):
+            if names_no_message(status, sequence):
                 self._protocol_errors += 1
                 return
             if status != ACCEPTED or ack.rejections or ack.shed or ack.rejected:
@@ -360,16 +361,10 @@ class Batcher:
         with self._cond:
             return self._held > 0
 
-    def wait_empty(self, timeout: float) -> bool:
-        """Block until every offered request is retired, diverted or dropped."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while self._held or self._building:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cond.wait(left)
-            return True
+    def _busy(self) -> bool:
+        # a request is held until retired, diverted or dropped; a batch being built is
+        # busy too, so `flush` waits for what it may divert to the single lane
+        return bool(self._held or self._building)
 
     def abandon(self) -> None:
         """At close: count every request still held as dropped."""
@@ -380,11 +375,6 @@ class Batcher:
             self._ready.clear()
             self._sent.clear()
             self._fates.clear()
-            self._cond.notify_all()
-
-    def wake(self) -> None:
-        """Wake a sender waiting for requests (used at shutdown)."""
-        with self._cond:
             self._cond.notify_all()
 
     # -- counters ----------------------------------------------------------------------

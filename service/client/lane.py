@@ -8,6 +8,9 @@ Sequence numbers are per lane and never reused. A message stays in the lane
 from `offer` until a cumulative ack covers it; after a broken stream every
 unacked message is sent again, in order, on the next stream (the service
 deduplicates by request id downstream, so a resend never doubles a row).
+`resent` counts a message once, when it first goes out again: a message that
+takes several reconnects to be acked (each failed attempt takes it onto its
+stream too) is still one resent message, so `resent` <= `offered`.
 
 A refused message's ack names the field and a reason code (docs/ingest.md):
 rejections are counted by reason when the cumulative ack retires them. Two acks
@@ -20,15 +23,21 @@ reusing a number, should never see.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from service.client.guarded import Guarded
+
 ACCEPTED, SHED, REJECTED, REPEATED_SEQUENCE = 1, 2, 3, 4  # understudy.v1.AckStatus values
 NO_SEQUENCE = 0  # the ack sequence of a message the server could not read
+
+
+def names_no_message(status: int, sequence: int) -> bool:
+    """Whether an ack concerns no message a lane sent: a protocol error, never a fate."""
+    return status == REPEATED_SEQUENCE or (status == REJECTED and sequence == NO_SEQUENCE)
 
 
 @dataclass(frozen=True)
@@ -41,7 +50,7 @@ class LaneStats:
     rejected: int
     dropped: int
     in_flight: int
-    resent: int
+    resent: int  # requests that went out again after a broken stream, each counted once
     protocol_errors: int = 0
     rejected_by_reason: dict[str, int] = field(default_factory=dict)
 
@@ -51,16 +60,19 @@ class LaneStats:
         return self.accepted + self.shed + self.rejected
 
 
-class Lane:
+class Lane(Guarded):
     """Bounded, sequenced, resendable buffer of one kind of message."""
 
     def __init__(self, capacity: int) -> None:
+        super().__init__()
         self._capacity = capacity
-        self._cond = threading.Condition()
         self._unsent: deque[tuple[int, Any, float]] = deque()
         self._sent: deque[tuple[int, Any, float]] = deque()
         self._not_accepted: dict[int, tuple[int, str]] = {}
         self._next_seq = 1
+        # messages through `_requeued_through` were on a broken stream; those through
+        # `_resent_through` have been counted as resent (both in sequence order)
+        self._requeued_through = self._resent_through = 0
         self._offered = self._accepted = self._shed = self._rejected = 0
         self._dropped = self._resent = self._protocol_errors = 0
         self._reasons: Counter[str] = Counter()
@@ -93,6 +105,9 @@ class Lane:
             if not self._unsent or (live is not None and not live()):
                 return None
             item = self._unsent.popleft()
+            if self._resent_through < item[0] <= self._requeued_through:
+                self._resent += 1
+                self._resent_through = item[0]
             self._sent.append((item[0], item[1], time.monotonic()))
             return item[0], item[1]
 
@@ -104,7 +119,7 @@ class Lane:
         protocol errors and leave every sent message's fate alone.
         """
         with self._cond:
-            if status == REPEATED_SEQUENCE or (status == REJECTED and sequence == NO_SEQUENCE):
+            if names_no_message(status, sequence):
                 self._protocol_errors += 1
                 return
             if status != ACCEPTED:
@@ -125,32 +140,25 @@ class Lane:
     def requeue_unacked(self) -> None:
         """After a broken stream: everything sent but not acked goes out again first."""
         with self._cond:
-            self._resent += len(self._sent)
+            if self._sent:  # counted as resent when they go out again (`next_to_send`)
+                self._requeued_through = max(self._requeued_through, self._sent[-1][0])
             self._unsent.extendleft(reversed(self._sent))
             self._sent.clear()
             self._not_accepted.clear()
             self._cond.notify_all()
 
+    def _busy(self) -> bool:
+        return bool(self._unsent or self._sent)
+
     def has_work(self) -> bool:
         """Whether any message is buffered or in flight (a lazy stream opens only then)."""
         with self._cond:
-            return bool(self._unsent or self._sent)
+            return self._busy()
 
     def oldest_unacked_age(self) -> float:
         """Seconds the oldest sent-but-unacked message has waited (0 if none)."""
         with self._cond:
             return time.monotonic() - self._sent[0][2] if self._sent else 0.0
-
-    def wait_empty(self, timeout: float) -> bool:
-        """Block until every offered message is acked or dropped."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while self._unsent or self._sent:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cond.wait(left)
-            return True
 
     def abandon(self) -> None:
         """At close: count what could not be delivered as dropped."""
@@ -158,11 +166,6 @@ class Lane:
             self._dropped += len(self._unsent) + len(self._sent)
             self._unsent.clear()
             self._sent.clear()
-            self._cond.notify_all()
-
-    def wake(self) -> None:
-        """Wake a sender waiting for messages (used at shutdown)."""
-        with self._cond:
             self._cond.notify_all()
 
     def stats(self) -> LaneStats:
