@@ -110,10 +110,12 @@ class Settings(BaseSettings):
     """Most requests (and outcomes) one scoring micro-batch takes, in whole journal records
     (a batch record counts as its accepted rows; at least one record); smaller when idle."""
 
-    scorer_mode: Literal["thread", "process"] = "thread"
+    scorer_mode: Literal["auto", "thread", "process"] = "auto"
     """Where batches are scored and logged: `thread` (in the ingest process) or `process`
-    (a child process fed from the journal, so ingest and scoring each get a core;
-    docs/capacity.md). `understudy serve --scorer-process` sets `process`."""
+    (a child process fed from the journal, so ingest's acks never wait for a GIL held by
+    scoring; docs/capacity.md). `auto`: `process` when this process may run on more than
+    one core, `thread` on one core or when the policy registry given to `build_service`
+    cannot be sent to a child. `understudy serve --scorer-mode` sets it."""
 
     drift_window_requests: int = Field(default=4000, ge=250)
     """Scored requests per drift window (docs/drift.md): every this many requests each

@@ -87,6 +87,11 @@ def make_service(
                 token_digest("r-tok"): "reviewer",
             },
             "journal_fsync": "never",
+            # Pinned: the default `auto` spawns a scorer process per service on a
+            # multi-core box, and hundreds of tests start services to test other
+            # things (seconds each). Process mode's tests ask for it, and
+            # tests/pipeline/test_scorer_mode.py runs the unpinned default.
+            "scorer_mode": "thread",
         }
         settings = Settings(**(options | overrides))
         service = build_service(settings, policies=policies)

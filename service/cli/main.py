@@ -30,6 +30,7 @@ app = typer.Typer(
 )
 console = Console()
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+SCORER_MODES = ("auto", "thread", "process")
 
 
 @app.callback()
@@ -47,8 +48,16 @@ def main(
 @app.command()
 def serve(
     log_level: str = typer.Option("INFO", help="Python logging level."),
+    scorer_mode: str | None = typer.Option(
+        None,
+        "--scorer-mode",
+        help="Where to score: auto (a child process when this process may use more than "
+        "one core, else a thread), thread or process. Default: UNDERSTUDY_SCORER_MODE, "
+        "else auto.",
+        show_default=False,
+    ),
     scorer_process: bool = typer.Option(
-        False, "--scorer-process", help="Score in a child process (UNDERSTUDY_SCORER_MODE)."
+        False, "--scorer-process", help="Alias of --scorer-mode process (kept for scripts)."
     ),
 ) -> None:
     """Run the service (gRPC + HTTP) with settings from UNDERSTUDY_* variables."""
@@ -61,7 +70,28 @@ def serve(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    run(Settings(scorer_mode="process") if scorer_process else Settings())
+    run(serve_settings(scorer_mode, scorer_process))
+
+
+def serve_settings(scorer_mode: str | None, scorer_process: bool) -> Settings:
+    """`serve`'s settings: the environment's, with the scorer mode its flags ask for.
+
+    `--scorer-process` is the older spelling of `--scorer-mode process`; given
+    with a different `--scorer-mode` it is refused rather than one silently winning.
+    """
+    if scorer_mode is not None and scorer_mode not in SCORER_MODES:
+        raise typer.BadParameter(
+            f"must be one of {', '.join(SCORER_MODES)}, got {scorer_mode!r}",
+            param_hint="'--scorer-mode'",
+        )
+    if scorer_process:
+        if scorer_mode not in (None, "process"):
+            raise typer.BadParameter(
+                f"--scorer-process means --scorer-mode process, not {scorer_mode}",
+                param_hint="'--scorer-process'",
+            )
+        scorer_mode = "process"
+    return Settings() if scorer_mode is None else Settings(scorer_mode=scorer_mode)
 
 
 @app.command("token-hash")

@@ -42,9 +42,11 @@ from service.server.reviewer_wiring import wire_reviewer_guard
 from service.server.runtime import Service, bind_socket
 from service.server.scorer_wiring import (
     ScorerChildSpec,
+    ScorerPlacement,
     dead_letter_box,
     loaded,
     make_quarantine,
+    resolve_scorer_mode,
     scorer_config,
 )
 from service.settings import Settings
@@ -73,7 +75,7 @@ JOURNAL_CONSUMERS = ("scorer",)
 __all__ = ["Service", "build_service", "serve"]
 
 
-def _journal(settings: Settings) -> IngestJournal:
+def _journal(settings: Settings, placement: ScorerPlacement) -> IngestJournal:
     config = JournalConfig(
         directory=settings.resolved_journal_dir,
         segment_bytes=settings.journal_segment_bytes,
@@ -81,7 +83,7 @@ def _journal(settings: Settings) -> IngestJournal:
         fsync_mode=FsyncMode(settings.journal_fsync),
         fsync_interval_s=settings.journal_fsync_interval_s,
     )
-    if settings.scorer_mode == "process":  # ingest's decoded objects help only a local scorer
+    if placement.mode == "process":  # ingest's decoded objects help only a local scorer
         config = dataclasses.replace(config, decoded_cache_records=0)
     return IngestJournal(config, consumers=JOURNAL_CONSUMERS)
 
@@ -112,10 +114,13 @@ def build_service(
     `policies` is the registry to score (default: loaded from `settings.policies_dir`).
     In process mode the scorer process builds its own: with `policy_factory` (a
     picklable callable) when given, else from the given registry if it pickles, else
-    from the directory.
+    from the directory. The mode is resolved first (`settings.scorer_mode`, `auto` by
+    default: `service.server.scorer_wiring.resolve_scorer_mode`); `auto` given a
+    registry that does not pickle scores on a thread instead, with a warning.
     """
+    placement = _placement(settings, policies, policy_factory)
     metrics = ServiceMetrics(registry or CollectorRegistry())
-    journal = _journal(settings)
+    journal = _journal(settings, placement)
     metrics.watch_journal(
         depth_records=lambda: journal.depth_records(),
         depth_bytes=lambda: journal.depth_bytes,
@@ -129,7 +134,13 @@ def build_service(
     if not settings.scoring_enabled:  # no database here: no db_up to page on
         metrics.registry.unregister(metrics.db_up)
     readiness.register("journal", journal.health)  # lock-free; a failing write shows here
-    service = Service(settings=settings, metrics=metrics, journal=journal, readiness=readiness)
+    service = Service(
+        settings=settings,
+        metrics=metrics,
+        journal=journal,
+        readiness=readiness,
+        scorer_placement=placement,
+    )
     if settings.scoring_enabled:
         _wire_scoring(service, policies, policy_factory)
     ingest = Ingest(
@@ -205,21 +216,47 @@ def _protocol_desk(service: Service) -> ProtocolDesk:
     )
 
 
+def _unsendable(given: Registry | None, factory: Callable[[], Registry] | None) -> str | None:
+    """Why the policies given to build_service cannot reach a scorer process; None if they can."""
+    if factory is not None or given is None:
+        return None  # the child calls the factory, or loads the directory itself
+    try:
+        pickle.dumps(given)
+    except Exception as exc:
+        return (
+            "the policy registry given to build_service cannot be sent to the scorer "
+            f"process ({type(exc).__name__}: {exc}); pass `policy_factory`"
+        )
+    return None
+
+
+def _placement(
+    settings: Settings, given: Registry | None, factory: Callable[[], Registry] | None
+) -> ScorerPlacement:
+    """The scorer mode this service runs (`resolve_scorer_mode`), logged once at build."""
+    if not settings.scoring_enabled:  # no scorer: ingest only, the journal as in thread mode
+        return ScorerPlacement("thread", "scoring disabled: no scorer runs")
+    unsendable = _unsendable(given, factory) if settings.scorer_mode != "thread" else None
+    placement = resolve_scorer_mode(settings.scorer_mode, unsendable)
+    log.log(
+        logging.WARNING if placement.fell_back else logging.INFO,
+        "scorer mode: %s",
+        placement.describe(),
+    )
+    return placement
+
+
 def _policy_source(
     settings: Settings, given: Registry | None, factory: Callable[[], Registry] | None
 ) -> Callable[[], Registry]:
-    """How the scorer process gets its policies: the factory, the given registry, or the dir."""
+    """How the scorer process gets its policies: the factory, the given registry, or the dir.
+
+    Only called once `_placement` chose the process, so a given registry pickles.
+    """
     if factory is not None:
         return factory
     if given is None:
         return partial(load_registry, settings.policies_dir.resolve())
-    try:
-        pickle.dumps(given)
-    except Exception as exc:
-        raise ValueError(
-            "`scorer_mode` process: the policy registry given to build_service cannot be "
-            f"sent to the scorer process ({type(exc).__name__}: {exc}); pass `policy_factory`"
-        ) from exc
     return partial(loaded, given)
 
 
@@ -238,7 +275,9 @@ def _wire_scoring(
     service.policies = registry
     gate = candidate_gate(service)  # a candidate the evaluator stopped is not scored
     held: Callable[[], dict[str, str]]
-    if settings.scorer_mode == "process":  # docs/capacity.md, "The scorer process"
+    placement = service.scorer_placement
+    service.readiness.register("scorer_mode", lambda: (True, placement.describe()))
+    if placement.mode == "process":  # docs/capacity.md, "The scorer process"
         spec = ScorerChildSpec(settings, url, _policy_source(settings, policies, policy_factory))
         handler = ProcessScorer(
             spec,
@@ -323,6 +362,7 @@ def serve(settings: Settings) -> None:
                 "grpc_port": service.grpc_port,
                 "http_port": service.http_port,
                 "journal": str(settings.resolved_journal_dir),
+                "scorer_mode": service.scorer_placement.mode,
             }
         ),
         flush=True,

@@ -1,7 +1,8 @@
 """The running service: its parts, and how they start and stop in order.
 
 Start: gRPC and HTTP accept (ingest only needs the journal), then the scorer
-consumes (on a thread, or feeding a scorer process: `Settings.scorer_mode`).
+consumes (on a thread, or feeding a scorer process: `Settings.scorer_mode`,
+resolved once into `Service.scorer_placement`).
 Stop: stop accepting, let the scorer drain what was journaled into the
 decision log (bounded; in process mode the child is then stopped and joined),
 close the journal (fsync), release the database.
@@ -27,6 +28,7 @@ from service.pipeline.journal import IngestJournal
 from service.pipeline.scorer import ScorerLoop
 from service.policies.registry import Registry
 from service.readiness import Readiness
+from service.server.scorer_wiring import ScorerPlacement
 from service.settings import Settings
 from service.storage.chain.sealer import SealerLoop
 from service.storage.db_probe import DatabaseProbe
@@ -57,6 +59,8 @@ class Service:
     metrics: ServiceMetrics
     journal: IngestJournal
     readiness: Readiness
+    scorer_placement: ScorerPlacement
+    """Where this service scores, resolved from `settings.scorer_mode` (never `auto`)."""
     grpc_server: grpc.Server = field(init=False)
     grpc_port: int = field(init=False)
     health: health.HealthServicer = field(init=False)

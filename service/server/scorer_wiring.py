@@ -5,14 +5,17 @@ Composition glue, like ``service/server/decision_log.py``: the composition root
 scorer process (`service.pipeline.scorer_process`) builds its own half with
 `ScorerChildSpec` — its own engine to the same database, its own policies,
 the same budgets, quarantine, dead-letter box and drift monitor — so the two
-modes differ only in where the work runs.
+modes differ only in where the work runs. `resolve_scorer_mode` decides which
+one a service runs (`Settings.scorer_mode`, `auto` by default).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from service.contract import DEFAULT_FEATURES
 from service.evaluator.drift_monitor import DriftMonitor
@@ -27,6 +30,63 @@ from service.settings import Settings
 from service.storage import DecisionLogWriter, make_engine
 
 log = logging.getLogger(__name__)
+
+ResolvedMode = Literal["thread", "process"]
+
+
+@dataclass(frozen=True)
+class ScorerPlacement:
+    """Where a service scores (`thread` or `process`), and why: shown in readiness and logs."""
+
+    mode: ResolvedMode
+    reason: str
+    fell_back: bool = False
+    """`auto` wanted the process but could not have it (logged as a warning)."""
+
+    def describe(self) -> str:
+        """One line for the start-up log and the `scorer_mode` readiness check."""
+        return f"{self.mode} ({self.reason})"
+
+
+def usable_cores() -> int:
+    """Cores this process may run on: its CPU affinity (a cpuset, `taskset`), else all."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no sched_getaffinity on this platform
+        return os.cpu_count() or 1
+
+
+def resolve_scorer_mode(configured: str, unsendable: str | None = None) -> ScorerPlacement:
+    """Resolve `Settings.scorer_mode` to the mode a service runs; the one place it is decided.
+
+    Why `auto` prefers the process: ingest acks only after the journal write,
+    and in thread mode the ack thread waits for the GIL whenever the scorer
+    holds it (docs/capacity.md, "The scorer process"), so ingest should do
+    nothing but receive, validate, journal and ack. A child process gives
+    scoring its own interpreter — but only pays where there is a second core
+    to run it: on one core the two processes take turns on it anyway, and the
+    child adds a pipe hop and decodes every request again, so `auto` keeps
+    the thread there. The core count is the affinity mask, not the machine's
+    count: a container pinned to one CPU has one core whatever the host has.
+
+    `unsendable` says why the policy registry given to `build_service` cannot
+    reach a child (it does not pickle), or is None when it can: `auto` then
+    falls back to the thread, an explicit `process` fails with that reason.
+    """
+    if configured == "thread":
+        return ScorerPlacement("thread", "set explicitly")
+    if configured == "process":
+        if unsendable is not None:
+            raise ValueError(f"`scorer_mode` process: {unsendable}")
+        return ScorerPlacement("process", "set explicitly")
+    if configured != "auto":
+        raise ValueError(f"`scorer_mode` must be auto, thread or process, got {configured!r}")
+    cores = usable_cores()
+    if cores < 2:
+        return ScorerPlacement("thread", "auto: this process may run on one core only")
+    if unsendable is not None:
+        return ScorerPlacement("thread", f"auto fell back from process: {unsendable}", True)
+    return ScorerPlacement("process", f"auto: this process may run on {cores} cores")
 
 
 def scorer_config(settings: Settings, registry: Registry) -> ScorerConfig:
