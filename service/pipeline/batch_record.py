@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,7 +41,7 @@ from numpy.typing import NDArray
 
 from service.contract import MirrorRequest, Outcome, RequestLimits
 from service.contract.batch import RequestBatch
-from service.pipeline.journal_format import RecordKind
+from service.pipeline.journal_format import RecordKind, crc32
 from service.wire.understudy.v1 import batch_pb2
 
 MAGIC = b"UJB1"
@@ -117,9 +116,9 @@ def pack(
     elif digests is not None:
         raise ValueError("an outcome batch record carries no digests")
     head = HEADER.pack(MAGIC, VERSION, int(kind), flags, n, n_batch, len(body), 0)[:_CRC_COVERED]
-    crc = zlib.crc32(head)
+    crc = crc32(head)
     for part in parts:
-        crc = zlib.crc32(part, crc)
+        crc = crc32(part, crc)
     return b"".join((head, struct.pack("<I", crc), *parts, body))
 
 
@@ -162,7 +161,7 @@ def unpack(payload: bytes, kind: RecordKind | None = None) -> BatchRecord:
             f"batch record header describes {meta_end + body_len} bytes, payload has {len(payload)}"
         )
     view = memoryview(payload)
-    if zlib.crc32(view[HEADER_SIZE:meta_end], zlib.crc32(view[:_CRC_COVERED])) != crc:
+    if crc32(view[HEADER_SIZE:meta_end], crc32(view[:_CRC_COVERED])) != crc:
         raise BatchRecordCorrupt("batch record header checksum mismatch")
     rows = np.frombuffer(payload, dtype=ROW_DTYPE, count=n, offset=HEADER_SIZE)
     if n and (int(rows[-1]) >= n_batch or np.any(rows[1:] <= rows[:-1])):

@@ -26,6 +26,12 @@ A record is a fixed 32-byte little-endian header followed by the payload::
 The CRC covers every header field after itself plus the payload, so a torn
 write, a zero-filled block after power loss, or a flipped bit is detected; the
 payload CRC is computed first so the engine can do that part outside its lock.
+
+The CRC is the standard CRC-32 of zlib (:data:`crc32`): zlib-ng's carry-less
+multiply implementation when the ``zlib-ng`` package is installed (a dependency;
+~3 µs for a 225 KB batch record where zlib 1.2.13 takes ~45 µs, which was half
+of an append), zlib's otherwise. Both give the same values, so journals written
+with either read with the other (``tests/pipeline/test_journal_format.py``).
 """
 
 from __future__ import annotations
@@ -37,11 +43,15 @@ import logging
 import os
 import re
 import struct
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
+
+try:  # the same CRC-32 values as zlib.crc32, ~15x faster (PCLMULQDQ / VPCLMULQDQ folding)
+    from zlib_ng.zlib_ng import crc32
+except ImportError:  # pragma: no cover - zlib-ng is a dependency; stay correct without it
+    from zlib import crc32
 
 __all__ = [
     "HEADER_SIZE",
@@ -54,6 +64,7 @@ __all__ = [
     "JournalLocked",
     "JournalRecord",
     "RecordKind",
+    "crc32",
     "read_all",
 ]
 
@@ -176,9 +187,9 @@ class Frame(NamedTuple):
 
 
 def encode_header(payload_len: int, payload_crc: int, seq: int, kind: int, ts: float) -> bytes:
-    """Build the 32-byte header; ``payload_crc`` is ``zlib.crc32(payload)``."""
+    """Build the 32-byte header; ``payload_crc`` is ``crc32(payload)``."""
     fields = FIELDS.pack(payload_len, seq, kind, ts)
-    return PREFIX.pack(MAGIC, zlib.crc32(fields, payload_crc)) + fields
+    return PREFIX.pack(MAGIC, crc32(fields, payload_crc)) + fields
 
 
 def segment_name(first_seq: int) -> str:
@@ -247,10 +258,7 @@ def iter_frames(fd: int, start: int, end: int, expect_seq: int | None) -> Iterat
             if len(buf) < size:
                 raise FrameError(pos, "truncated record (file shrank)")
         payload = view[rel + HEADER_SIZE : rel + size]
-        if (
-            zlib.crc32(view[rel + CRC_FIELDS_OFFSET : rel + HEADER_SIZE], zlib.crc32(payload))
-            != crc
-        ):
+        if crc32(view[rel + CRC_FIELDS_OFFSET : rel + HEADER_SIZE], crc32(payload)) != crc:
             raise FrameError(pos, "crc mismatch")
         if kind not in _KIND_VALUES:
             raise FrameError(pos, f"unknown record kind {kind}")
