@@ -14,15 +14,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from service.contract.batch import (
-    RequestBatch,
-)
+from service.contract.batch import RequestBatch
 from service.contract.batch.validation.arrays import I64, Mask, _segment_first
 from service.contract.batch.validation.utf8 import _Text
 from service.contract.batch.validation.verdicts import _Verdicts
-from service.contract.validation import (
-    RequestLimits,
-)
+from service.contract.validation import RequestLimits
 
 
 class _Pass:

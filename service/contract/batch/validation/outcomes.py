@@ -19,9 +19,7 @@ from service.contract.batch.validation.layout import check_outcome_layout
 from service.contract.batch.validation.production import _production
 from service.contract.batch.validation.utf8 import _Text
 from service.contract.batch.validation.verdicts import BatchVerdict, _Verdicts
-from service.contract.validation import (
-    RequestLimits,
-)
+from service.contract.validation import RequestLimits
 
 
 def validate_outcome_batch(

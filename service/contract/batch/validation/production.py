@@ -15,9 +15,7 @@ import math
 import numpy as np
 
 from service.contract.actions import DEFER
-from service.contract.batch import (
-    ProductionColumns,
-)
+from service.contract.batch import ProductionColumns
 from service.contract.batch.validation.arrays import I64, Mask, _segment_first
 from service.contract.batch.validation.context import _Pass
 from service.contract.batch.validation.verdicts import _Verdicts

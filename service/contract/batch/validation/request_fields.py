@@ -20,9 +20,7 @@ from service.contract.batch.validation.fields import (
     _vocabulary,
 )
 from service.contract.batch.validation.utf8 import _Text
-from service.contract.validation import (
-    _DEFAULT_LIMITS,
-)
+from service.contract.validation import _DEFAULT_LIMITS
 
 
 class _RequestFieldRules(_Pass):

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from service.contract.batch import (
-    RequestBatch,
-)
+from service.contract.batch import RequestBatch
 from service.contract.batch.validation.layout import check_layout
 from service.contract.batch.validation.options import _OptionRules
 from service.contract.batch.validation.production import _ProductionRules
@@ -26,9 +24,7 @@ from service.contract.batch.validation.verdicts import BatchVerdict
 from service.contract.errors import UnsupportedSchemaVersion
 from service.contract.request import SUPPORTED_SCHEMA_VERSIONS
 from service.contract.schema_versions import V1_SCHEMA
-from service.contract.validation import (
-    RequestLimits,
-)
+from service.contract.validation import RequestLimits
 
 
 def validate_batch(batch: RequestBatch, limits: RequestLimits | None = None) -> BatchVerdict:

@@ -21,9 +21,7 @@ from service.contract.batch.validation.devices import _DeviceRules
 from service.contract.batch.validation.utf8 import _Text
 from service.contract.device_validation import UNKNOWN_MEMORY_HINT
 from service.contract.hardware import CAPABILITIES, HardwareClass
-from service.contract.validation import (
-    MAX_QUANTITY,
-)
+from service.contract.validation import MAX_QUANTITY
 
 
 class _SnapshotRules(_DeviceRules):

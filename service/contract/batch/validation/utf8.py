@@ -13,9 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from service.contract.batch import (
-    Strings,
-)
+from service.contract.batch import Strings
 from service.contract.batch.validation.arrays import I64, Mask, _counts_in
 from service.contract.text import RULE as TEXT_RULE
 

@@ -16,9 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from service.contract.batch import (
-    RequestBatch,
-)
+from service.contract.batch import RequestBatch
 from service.contract.batch.validation.arrays import Mask
 from service.contract.errors import InvalidInput
 from service.contract.rejections import RejectionReason, refusal_of
