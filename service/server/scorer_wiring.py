@@ -15,6 +15,7 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from service.contract import DEFAULT_FEATURES
@@ -32,6 +33,8 @@ from service.storage import DecisionLogWriter, make_engine
 log = logging.getLogger(__name__)
 
 ResolvedMode = Literal["thread", "process"]
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+"""cgroup v2's CPU limit of this process's group: `<quota> <period>` in us, or `max ...`."""
 
 
 @dataclass(frozen=True)
@@ -49,11 +52,27 @@ class ScorerPlacement:
 
 
 def usable_cores() -> int:
-    """Cores this process may run on: its CPU affinity (a cpuset, `taskset`), else all."""
+    """Whole cores this process may use: its CPU affinity (a cpuset, `taskset`), else all.
+
+    Capped by a cgroup v2 CPU quota (Kubernetes `limits.cpu`, `docker --cpus`),
+    rounded down: such limits leave the affinity mask at every host core, so
+    a pod limited to one CPU would otherwise count the whole node.
+    """
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # no sched_getaffinity on this platform
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    quota = _quota_cores()
+    return max(1, min(cores, int(quota))) if quota is not None else cores
+
+
+def _quota_cores() -> float | None:
+    """The cgroup v2 CPU quota in cores; None when unlimited or not readable (cgroup v1)."""
+    try:
+        quota, period = CGROUP_CPU_MAX.read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError, ZeroDivisionError):
+        return None
 
 
 def resolve_scorer_mode(configured: str, unsendable: str | None = None) -> ScorerPlacement:
@@ -66,8 +85,9 @@ def resolve_scorer_mode(configured: str, unsendable: str | None = None) -> Score
     scoring its own interpreter — but only pays where there is a second core
     to run it: on one core the two processes take turns on it anyway, and the
     child adds a pipe hop and decodes every request again, so `auto` keeps
-    the thread there. The core count is the affinity mask, not the machine's
-    count: a container pinned to one CPU has one core whatever the host has.
+    the thread there. The core count is the affinity mask (and a cgroup CPU
+    quota), not the machine's count: a container pinned or limited to one CPU
+    has one core whatever the host has.
 
     `unsendable` says why the policy registry given to `build_service` cannot
     reach a child (it does not pickle), or is None when it can: `auto` then

@@ -27,6 +27,7 @@ from service.pipeline.scorer import Scorer
 from service.policies.base import PolicyDecisions, ScoringBatch
 from service.policies.baselines import LeastLoaded
 from service.policies.registry import Registry
+from service.server import scorer_wiring
 from service.server.app import Service, build_service
 from service.server.scorer_wiring import resolve_scorer_mode, usable_cores
 from service.settings import Settings
@@ -35,8 +36,9 @@ from tests.transport.test_decision_log_e2e import wait_until
 
 
 def cores(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
-    """Make the resolver see an affinity mask of `n` cores (a test of the resolver only)."""
+    """Make the resolver see `n` cores, no CPU quota (a test of the resolver only)."""
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(n)), raising=False)
+    monkeypatch.setattr(scorer_wiring, "CGROUP_CPU_MAX", Path("/nonexistent/cpu.max"))
 
 
 def readiness_detail(service: Service, name: str) -> str:
@@ -79,10 +81,28 @@ def test_auto_scores_in_a_process_only_with_more_than_one_core(
     assert ("one core" if n == 1 else f"{n} cores") in placement.reason
 
 
+@pytest.mark.parametrize(
+    ("cpu_max", "n"),
+    [("100000 100000", 1), ("150000 100000", 1), ("200000 100000", 2), ("max 100000", 8)],
+)
+def test_a_cgroup_cpu_quota_caps_the_cores(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cpu_max: str, n: int
+) -> None:
+    cores(monkeypatch, 8)  # a pod's affinity shows every node core; its limit is the quota
+    limit = tmp_path / "cpu.max"
+    limit.write_text(cpu_max + "\n")
+    monkeypatch.setattr(scorer_wiring, "CGROUP_CPU_MAX", limit)
+    assert usable_cores() == n
+    assert resolve_scorer_mode("auto").mode == ("process" if n > 1 else "thread")
+    monkeypatch.setattr(scorer_wiring, "CGROUP_CPU_MAX", tmp_path / "absent")
+    assert usable_cores() == 8
+
+
 def test_without_an_affinity_call_the_machine_count_decides(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delattr(os, "sched_getaffinity", raising=False)
+    monkeypatch.setattr(scorer_wiring, "CGROUP_CPU_MAX", Path("/nonexistent/cpu.max"))
     monkeypatch.setattr(os, "cpu_count", lambda: 3)
     assert usable_cores() == 3
     assert resolve_scorer_mode("auto").mode == "process"
