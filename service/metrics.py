@@ -213,7 +213,18 @@ class ServiceMetrics:
         )
         self.db_lag_records = Gauge(
             "understudy_db_lag_records",
-            "Journal records not yet committed to the decision log.",
+            "Journal records not yet committed to the decision log (a batch record counts once).",
+            registry=registry,
+        )
+        self.db_lag_requests = Gauge(
+            "understudy_db_lag_requests",
+            "Requests and outcome reports in journal records not yet committed to the decision "
+            "log (a batch record counts its accepted rows).",
+            registry=registry,
+        )
+        self.db_lag_seconds = Gauge(
+            "understudy_db_lag_seconds",
+            "Age of the oldest journal record not yet committed to the decision log (0: none).",
             registry=registry,
         )
         self.db_up = Gauge(

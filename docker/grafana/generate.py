@@ -292,8 +292,22 @@ def oncall() -> g.Dashboard:
             'unreachable). Write failures: "Write batches by result".',
         ),
         Panel(
-            "Decision log lag (records)",
-            (_q(f"understudy_db_lag_records{{{INST}}}", "{{instance}}"),),
+            "Decision log lag (requests, records)",
+            (
+                _q(f"understudy_db_lag_requests{{{INST}}}", "{{instance}} requests"),
+                _q(f"understudy_db_lag_records{{{INST}}}", "{{instance}} records"),
+            ),
+            "short",
+            "Requests (and outcome reports) journaled and acked but not yet in the decision "
+            "log, and the journal records holding them: a batch of up to 1,024 requests is "
+            "one record.",
+        ),
+        Panel(
+            "Decision log lag (age of the oldest unlogged record)",
+            (_q(f"understudy_db_lag_seconds{{{INST}}}", "{{instance}}"),),
+            "s",
+            "How long ago the oldest acked record not yet logged was journaled; "
+            "UnderstudyDatabaseLag fires above 60 s for 10 minutes.",
         ),
         Panel(
             "Write batches by result",

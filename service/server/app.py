@@ -27,6 +27,7 @@ from service.evaluator.loop import EvaluatorConfig
 from service.metrics import ServiceMetrics
 from service.pipeline.ingest import Ingest
 from service.pipeline.journal import FsyncMode, IngestJournal, JournalConfig
+from service.pipeline.log_lag import LogLag
 from service.pipeline.request_index import RequestIndex, fill_from_journal
 from service.pipeline.scorer import Scorer, ScorerLoop
 from service.pipeline.scorer_metrics import ScorerMetrics
@@ -128,6 +129,9 @@ def build_service(
         head_seq=lambda: journal.head_seq,
     )
     metrics.db_lag_records.set_function(lambda: journal.depth_records("scorer"))
+    lag = LogLag(journal, "scorer")  # the same lag in requests and seconds: a batch is one record
+    metrics.db_lag_requests.set_function(lag.requests)
+    metrics.db_lag_seconds.set_function(lag.oldest_age_s)
     readiness = Readiness(
         interval_s=settings.readiness_interval_s, timeout_s=settings.readiness_check_timeout_s
     )
