@@ -16,6 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.contract.actions import DEFER
+from service.contract.batch import shared_state
 from service.contract.device_validation import (
     check_accelerator_classes,
     check_devices,
@@ -267,7 +268,13 @@ def validate_request(request: MirrorRequest, limits: RequestLimits | None = None
         check_schema_1(request)  # the version-1 rule (service.contract.schema_versions)
     _check_id("request_id", request.request_id, limits)
     _check_time("request_time", request.request_time)
-    validate_state(request, limits)
+    # A snapshot shared by many requests is checked once per limits: exact, for the
+    # check reads the state and the limits only (service.contract.batch.shared_state).
+    shared = shared_state.facts(request.state)
+    if shared is None or shared.valid_under != limits:
+        validate_state(request, limits)
+        if shared is not None:
+            shared.valid_under = limits
     validate_workload(request)
     o = request.options
     n_options = o.n_options

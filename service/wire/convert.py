@@ -35,6 +35,7 @@ from service.contract.request import SCHEMA_VERSION
 from service.contract.schema_versions import V1_REFUSAL, V1_SCHEMA
 from service.contract.state import state_from_columns
 from service.contract.workload import workload_from_fields
+from service.wire.snapshot_cache import SnapshotCache
 from service.wire.understudy.v1 import contract_pb2 as pb
 
 _KIND_FROM_PB = {
@@ -126,23 +127,43 @@ def _production_from_pb(msg: pb.ProductionDecision) -> ProductionDecision:
 
 
 def mirror_request_from_pb(
-    msg: pb.MirrorRequest, state: ClusterState | None = None
+    msg: pb.MirrorRequest,
+    state: ClusterState | None = None,
+    *,
+    snapshots: SnapshotCache | None = None,
 ) -> MirrorRequest:
     """Build a `MirrorRequest` from its protobuf message; `state`, when given, is the
-    already converted `msg.state` (the client reuses one scheduling cycle's snapshot)."""
+    already converted `msg.state` (the client reuses one scheduling cycle's snapshot).
+
+    With `snapshots`, the state is looked up in that cache by its exact bytes and
+    decoded only on a miss (`service.wire.snapshot_cache`): the requests of one
+    scheduling cycle then share one `ClusterState`, decoded once. The same request
+    either way.
+    """
     for part in ("state", "workload", "options"):
         if not msg.HasField(part):
             raise MissingField(part, "is required")
+    if state is None:
+        state = _state_of(msg, snapshots)
     return MirrorRequest(
         schema_version=msg.schema_version,
         request_id=msg.request_id,
         request_time=msg.request_time,
-        state=state if state is not None else state_from_pb(msg.state, msg.schema_version),
+        state=state,
         workload=workload_from_pb(msg.workload, msg.schema_version),
         options=options_from_pb(msg.options),
         production=_production_from_pb(msg.production) if msg.HasField("production") else None,
         quota_remaining=msg.quota_remaining if msg.HasField("quota_remaining") else None,
     )
+
+
+def _state_of(msg: pb.MirrorRequest, snapshots: SnapshotCache | None) -> ClusterState:
+    """`msg.state` decoded, through `snapshots` (by its exact bytes) when given."""
+    version = msg.schema_version
+    if snapshots is None:
+        return state_from_pb(msg.state, version)
+    raw = msg.state.SerializeToString()
+    return snapshots.get(version, raw, lambda: state_from_pb(msg.state, version))
 
 
 def outcome_from_pb(msg: pb.Outcome) -> Outcome:

@@ -19,7 +19,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.contract import HardwareClass, MirrorRequest, ProductionDecision, RequestLimits
+from service.contract import (
+    HardwareClass,
+    InvalidInput,
+    MirrorRequest,
+    ProductionDecision,
+    RequestLimits,
+)
 from service.contract.batch import RequestBatch, Strings
 from service.contract.batch.identity import (
     request_digests,
@@ -33,6 +39,7 @@ from service.transport.http.convert import mirror_to_json
 from service.transport.http.decode import mirror_from_json
 from service.wire.batch_codec import batch_from_pb, batch_to_pb
 from service.wire.convert import mirror_request_from_pb, mirror_request_to_pb
+from service.wire.snapshot_cache import SnapshotCache
 from service.wire.understudy.v1 import batch_pb2
 from service.wire.understudy.v1 import contract_pb2 as pb
 from tests.contract import v2_requests as v2
@@ -369,3 +376,67 @@ def test_sets_are_put_in_one_order_however_long_their_strings() -> None:
         values, cut = _canonical_sets(column, offsets, len(sets), max_padded=limit)
         got = [list(values.values(a, b)) for a, b in itertools.pairwise(cut.tolist())]
         assert got == expected
+
+
+# --- a snapshot decoded once and shared (service.wire.snapshot_cache) -----------------------
+
+
+def _through(cache: SnapshotCache, r: MirrorRequest) -> MirrorRequest:
+    """`r` sent as protobuf and decoded through `cache`, as the gRPC servicer decodes it."""
+    return mirror_request_from_pb(pb.MirrorRequest.FromString(_wire(r)), snapshots=cache)
+
+
+def _wire(r: MirrorRequest) -> bytes:
+    return mirror_request_to_pb(r).SerializeToString()
+
+
+def test_a_cached_snapshot_gives_the_digest_of_a_fresh_decode(
+    requests: list[MirrorRequest],
+) -> None:
+    """Decoded through the cache (a miss, then hits sharing one state object) or not,
+    alone or in a batch: one request, one digest, byte for byte one encoding."""
+    cache = SnapshotCache()
+    for r in requests:
+        fresh = mirror_request_from_pb(pb.MirrorRequest.FromString(_wire(r)))
+        first, again = _through(cache, r), _through(cache, dataclasses.replace(r, request_id="b"))
+        assert again.state is first.state  # the second decode was a hit
+        assert single_request_encoding(first) == single_request_encoding(fresh)
+        assert content_sha256(first) == content_sha256(fresh) == content_sha256(r)
+        assert content_sha256(again) == content_sha256(dataclasses.replace(r, request_id="b"))
+        assert _digest_list(RequestBatch.from_requests([first, again])) == [
+            content_sha256(first),
+            content_sha256(again),
+        ]
+    assert cache.hits >= len(requests)  # (some of the samples share a snapshot too)
+
+
+def test_a_snapshot_one_field_off_the_cached_one_is_decoded_and_hashed_anew(
+    requests: list[MirrorRequest],
+) -> None:
+    """Every single change of a snapshot this suite makes, sent after the unchanged one is
+    cached: a miss, another state object, the digest of a fresh decode, never the cached
+    one's; a change that does not decode is refused as it is without the cache."""
+    total = 0
+    for base in [requests[0], requests[13], *requests[16:]]:
+        cache = SnapshotCache(max_entries=1)  # only the base's snapshot is ever held
+        cached = _through(cache, base)
+        base_digest = content_sha256(cached)
+        for changed_state in _dataclass_changes(base.state):
+            r = dataclasses.replace(base, state=changed_state)
+            raw = _wire(r)
+            try:
+                fresh = mirror_request_from_pb(pb.MirrorRequest.FromString(raw))
+            except InvalidInput as exc:
+                with pytest.raises(InvalidInput) as refused:
+                    _through(cache, r)
+                assert refused.value.field == exc.field
+                continue
+            if fresh.state is not None and _wire(fresh) == _wire(base):
+                continue  # a change the wire cannot carry (the same message)
+            via_cache = _through(cache, r)
+            assert via_cache.state is not cached.state
+            assert content_sha256(via_cache) == content_sha256(fresh) != base_digest
+            assert _through(cache, base).state is not via_cache.state
+            assert content_sha256(_through(cache, base)) == base_digest
+            total += 1
+    assert total > 100

@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from service.contract.batch import RequestBatch, Strings
+from service.contract.batch import RequestBatch, Strings, shared_state
 from service.contract.batch.columns import NODE_FLAG_COLUMNS, NODE_NUMBER_COLUMNS
 from service.contract.hardware import CAPABILITIES, HardwareClass
 from service.contract.request import MirrorRequest
@@ -637,11 +637,23 @@ def _state_encoding(s: ClusterState) -> bytes:
     return b"".join(parts)
 
 
+def state_digest(state: ClusterState) -> bytes:
+    """sha256 of the snapshot's canonical encoding (the first 32 bytes of a request row);
+    once per state shared by many requests (`service.contract.batch.shared_state`)."""
+    known = shared_state.facts(state)
+    if known is not None and known.digest is not None:
+        return known.digest
+    digest = hashlib.sha256(_state_encoding(state)).digest()
+    if known is not None:
+        known.digest = digest
+    return digest
+
+
 def single_request_encoding(request: MirrorRequest) -> bytes:
     """The canonical encoding of one request: equal to its `request_encodings` row in any
     batch, built from the object without converting it to columns."""
     w, o, p = request.workload, request.options, request.production
-    state = hashlib.sha256(_state_encoding(request.state)).digest()
+    state = state_digest(request.state)
     strings = [
         v.encode()
         for v in (

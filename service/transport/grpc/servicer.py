@@ -42,6 +42,7 @@ from service.transport.grpc.errors import abort, handle_errors
 from service.transport.grpc.stream_limits import StreamLimits
 from service.transport.grpc.streams import A, Lane, Opened, StreamIdle, StreamProgress
 from service.wire.convert import mirror_request_from_pb, outcome_from_pb
+from service.wire.snapshot_cache import SnapshotCache
 from service.wire.understudy.v1 import contract_pb2, shadow_pb2
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,9 @@ class ShadowEvaluationServicer:
         self._limit = max_request_bytes
         self.stream_limits = stream_limits or StreamLimits()
         self._batches = BatchWire(ingest, metrics)
+        self._snapshots = SnapshotCache()
+        """Decoded snapshots by their exact bytes: single requests of one scheduling
+        cycle share one (service.wire.snapshot_cache)."""
 
     @property
     def metrics(self) -> ServiceMetrics:
@@ -101,7 +105,7 @@ class ShadowEvaluationServicer:
         def decode() -> tuple[MirrorRequest, bytes]:
             msg = contract_pb2.MirrorRequest()
             parse_message(msg, raw, "request", self._limit)
-            return mirror_request_from_pb(msg), raw
+            return mirror_request_from_pb(msg, snapshots=self._snapshots), raw
 
         return decode
 
@@ -142,7 +146,8 @@ class ShadowEvaluationServicer:
                 # here, not above: the message has a sequence, so it is refused under it
                 if not envelope.HasField("request"):
                     raise MissingField("request", "is required in every stream message")
-                return mirror_request_from_pb(envelope.request), payload
+                request = mirror_request_from_pb(envelope.request, snapshots=self._snapshots)
+                return request, payload
 
             return (
                 envelope.sequence,
