@@ -13,8 +13,8 @@ column that is not a CSR index of what it indexes; a flag byte other than 0 or
 1; text that is not UTF-8 or is cut inside a character; rows holding values
 their flag says they do not send (devices of a snapshot with ``devices_sent``
 0: no request would read them, and the counts that locate the others would
-disagree); schema_version other than 2; more than ``limits.max_batch_requests``
-requests. Any of these refuses the whole batch
+disagree); schema_version other than 2; no requests at all, or more than
+``limits.max_batch_requests``. Any of these refuses the whole batch
 (`InvalidInput` naming the wire path, e.g. ``states.cpu_free``): no request's
 bounds can be trusted once one column is misaligned. Everything that is about
 one request's *content* (finite numbers, indexes in range of its snapshot,
@@ -333,9 +333,17 @@ def _productions(msg: batch_pb2.Productions, n: int) -> ProductionColumns:
     )
 
 
-def _count(msg: batch_pb2.Strings, limits: RequestLimits) -> int:
+def _count(msg: batch_pb2.Strings, limits: RequestLimits, noun: str) -> int:
     """Rows of the batch, from ``request_id``'s offsets, refused above the limit before
-    any column is read."""
+    any column is read.
+
+    A batch of no rows (no offsets, or the lone 0 of an empty CSR) is refused too:
+    a sender that batches with a linger never sends one, so it is a client bug that
+    an ack of zero counts would hide. Offsets of another malformed length are left
+    to the column checks, which name what is wrong with them.
+    """
+    if len(msg.offsets) in (0, 8):
+        raise InvalidInput("request_id", f"must hold at least one {noun}, got none")
     n = max(len(msg.offsets) // 8 - 1, 0)
     if n > limits.max_batch_requests:
         raise InvalidInput(
@@ -359,7 +367,7 @@ def batch_from_pb(msg: batch_pb2.MirrorBatch, limits: RequestLimits) -> RequestB
             f"must be {BATCH_SCHEMA_VERSION} in a batch (a schema-1 sender mirrors one by "
             f"one), got {msg.schema_version}",
         )
-    n = _count(msg.request_id, limits)
+    n = _count(msg.request_id, limits, "request")
     state_index = column("state_index", msg.state_index, U32, n, "per request")
     return RequestBatch(
         schema_version=BATCH_SCHEMA_VERSION,
@@ -383,7 +391,7 @@ def outcomes_from_pb(msg: batch_pb2.OutcomeBatch, limits: RequestLimits) -> Outc
     Raises:
         InvalidInput: naming the wire path.
     """
-    n = _count(msg.request_id, limits)
+    n = _count(msg.request_id, limits, "outcome")
 
     def optional(name: str) -> NDArray[np.float64]:
         return column(name, getattr(msg, name), F64, n, "per outcome", optional=True)

@@ -5,7 +5,8 @@ untouched): a batch with bad requests at chosen indexes is accepted except
 those, which are named by index, field, reason and the very message the
 single-request validator gives for that request; a batch that cannot be read
 (a truncated column) is INVALID_ARGUMENT naming the column, counted per
-request; on the batch stream, wholly accepted batches are covered by
+request; an empty batch is refused whole naming `request_id` (unary and
+stream); on the batch stream, wholly accepted batches are covered by
 cumulative acks, a batch with refusals is acked alone under its sequence
 before any cumulative ack covers it, a repeated sequence is REPEATED_SEQUENCE,
 an unreadable message is REJECTED under sequence 0, and the running totals
@@ -30,12 +31,14 @@ import numpy as np
 import pytest
 
 from service.contract import MirrorRequest
+from service.contract.batch import RequestBatch
 from service.contract.errors import NotFound
 from service.contract.rejections import REASON_CODES
 from service.server.app import Service
 from service.storage import count_requests, logged_request
+from service.wire.batch_codec import batch_to_pb
 from service.wire.field_paths import KNOWN_FIELD_PATHS
-from service.wire.understudy.v1 import shadow_pb2, shadow_pb2_grpc
+from service.wire.understudy.v1 import batch_pb2, shadow_pb2, shadow_pb2_grpc
 from tests.transport.batch_helpers import (
     ack_verdicts,
     counted,
@@ -467,3 +470,41 @@ def test_batch_streams_count_toward_the_stream_limits(
         acks = [a.ack for a in call(iter(raws), metadata=auth, timeout=30)]
     assert acks[-1].stream_accepted == 1
     assert counted(service, "understudy_grpc_streams_refused_total", reason="connection") == 1
+
+
+def test_an_empty_batch_is_refused_whole_naming_its_count(
+    service: Service, stub: Stub, auth: Metadata, requests_sample: list[MirrorRequest]
+) -> None:
+    """No requests (or outcomes) is a client bug (a sender with a linger never sends
+    one), not an ack of zeros: INVALID_ARGUMENT on the unary calls, a refusal under its
+    own sequence on the stream, naming `request_id` (whose offsets state the count), each
+    counted as one rejection."""
+    empty = batch_to_pb(RequestBatch.from_requests([]))
+    for call, msg, noun in (
+        (stub.MirrorMany, empty, "request"),
+        (stub.ReportOutcomes, batch_pb2.OutcomeBatch(), "outcome"),
+    ):
+        with pytest.raises(grpc.RpcError) as caught:
+            call(msg, metadata=auth)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert f"`request_id` must hold at least one {noun}, got none" in caught.value.details()
+    for kind in ("mirror", "outcome"):
+        labels = {"transport": "grpc_batch", "kind": kind, "field": "request_id"}
+        assert counted(service, "understudy_ingest_rejections_total", **labels) == 1
+    assert _ingest(service, "grpc_batch", "rejected") == 1
+    raws = [
+        _envelope(1, encode(with_ids(requests_sample, 2, "e"))),
+        _envelope(2, empty),
+        _envelope(3, encode(with_ids(requests_sample, 2, "f"))),
+    ]
+    acks = _batch_stream(service, raws, auth)
+    refused = [a for a in acks if a.status != ACCEPTED]
+    summary = [(a.status, a.sequence, a.accepted, a.rejected, a.whole_batch) for a in refused]
+    assert summary == [(REJECTED, 2, 0, 0, True)]
+    [only] = refused[0].rejections
+    assert (only.index, only.field, only.reason) == (0, "request_id", "invalid_value")
+    assert "`request_id` must hold at least one request, got none" in only.message
+    last = acks[-1]
+    assert (last.sequence, last.stream_accepted, last.stream_rejected) == (3, 4, 0)
+    assert _ingest(service, "grpc_batch_stream", "rejected") == 1
+    assert journaled(service) == ["e-0", "e-1", "f-0", "f-1"]

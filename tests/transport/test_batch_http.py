@@ -5,7 +5,8 @@ requests at chosen indexes is 200, the rest journaled, the bad ones named by
 index, field, reason and the single validator's message; the JSON form of the
 same batch gives the same reply (and, sent second, only duplicates: the two
 forms are one request each, by digest); a batch refused whole is 400 naming
-the column, counted per request; a body over the limit is 413; a batch whose
+the column, counted per request; an empty batch is 400 naming its count (both forms,
+both routes); a body over the limit is 413; a batch whose
 every request is refused is 400; other content types are 415, counted; no
 token is 401, a reviewer's 403; a body cut short by the request deadline is a
 counted rejection of `body`; the routes are in the OpenAPI document.
@@ -25,9 +26,10 @@ import numpy as np
 import pytest
 
 from service.contract import MirrorRequest, RequestLimits
+from service.contract.batch import RequestBatch
 from service.server.app import Service
 from service.transport.http.convert import mirror_to_json
-from service.wire.batch_codec import batch_from_pb
+from service.wire.batch_codec import batch_from_pb, batch_to_pb
 from tests.transport.batch_helpers import (
     ack_verdicts,
     counted,
@@ -275,3 +277,38 @@ def test_the_fast_path_answers_batches_as_fastapi_routing_does(
                 assert replies[0].headers["content-type"] == replies[1].headers["content-type"]
     finally:
         made.journal.close()
+
+
+def test_an_empty_batch_is_400_naming_its_count_in_both_forms(
+    service: Service, http: httpx.Client
+) -> None:
+    """No requests (or outcomes) is a client bug, not a 200 of zeros: refused whole on
+    both routes in both forms, naming the field that states the count, counted once."""
+    empty = batch_to_pb(RequestBatch.from_requests([])).SerializeToString()
+    cases = [
+        ("/v1/mirror/batch", empty, PROTOBUF, "mirror", "request_id", "request"),
+        ("/v1/mirror/batch", b'{"requests": []}', JSON, "mirror", "requests", "request"),
+        ("/v1/outcomes/batch", b"", PROTOBUF, "outcome", "request_id", "outcome"),
+        ("/v1/outcomes/batch", b'{"outcomes": []}', JSON, "outcome", "outcomes", "outcome"),
+    ]
+    for path, body, headers, kind, field, noun in cases:
+        reply = http.post(path, content=body, headers=headers)
+        assert reply.status_code == 400, (path, field, reply.text)
+        got = reply.json()
+        assert {k: got[k] for k in ("status", "whole_batch", "accepted", "shed", "rejected")} == {
+            "status": "rejected",
+            "whole_batch": True,
+            "accepted": 0,
+            "shed": 0,
+            "rejected": 0,  # the requests it stated: none
+        }
+        [only] = got["rejections"]
+        assert (only["index"], only["field"], only["reason"]) == (0, field, "invalid_value")
+        assert only["message"] == f"`{field}` must hold at least one {noun}, got none"
+        labels = {"transport": "http_batch", "kind": kind, "field": field}
+        assert counted(service, "understudy_ingest_rejections_total", **labels) == 1
+    # the metric counts each refused message once: it stated no request to count
+    assert _ingest(service, "rejected") == 2
+    assert _ingest(service, "rejected", kind="outcome") == 2
+    assert _ingest(service, "accepted") == _ingest(service, "accepted", kind="outcome") == 0
+    assert journaled(service) == [] and journaled_outcomes(service) == []

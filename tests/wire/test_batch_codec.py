@@ -156,11 +156,25 @@ def test_columns_are_read_only_views_of_the_message(requests: list[MirrorRequest
     assert decoded.state_index.dtype == np.int64 and decoded.states.healthy.dtype == np.bool_
 
 
-def test_an_empty_batch_round_trips() -> None:
-    _, decoded = _wire(RequestBatch.from_requests([]))
-    assert decoded.n_requests == 0 and decoded.requests() == []
-    empty = batch_from_pb(batch_pb2.MirrorBatch(schema_version=2), LIMITS)
-    assert empty.n_requests == 0 and empty.states.n_states == 0
+@pytest.mark.parametrize("offsets", [b"", np.zeros(1, "<i8").tobytes()])
+def test_an_empty_batch_is_refused_whole(offsets: bytes) -> None:
+    """No requests (no offsets, or the lone 0 of an empty CSR) is a sender's bug, refused
+    naming the count's column, as `RequestBatch.from_requests([])` encodes it or bare."""
+    encoded = batch_to_pb(RequestBatch.from_requests([]))
+    bare = batch_pb2.MirrorBatch(schema_version=2)
+    outcomes = batch_pb2.OutcomeBatch()
+    for msg in (encoded, bare, outcomes):
+        msg.request_id.offsets = offsets
+    cases: list[tuple[Any, Callable[..., object], str]] = [
+        (encoded, batch_from_pb, "request"),
+        (bare, batch_from_pb, "request"),
+        (outcomes, outcomes_from_pb, "outcome"),
+    ]
+    for msg, decode, noun in cases:
+        with pytest.raises(InvalidInput) as caught:
+            decode(type(msg).FromString(msg.SerializeToString()), LIMITS)
+        assert caught.value.field == "request_id"
+        assert caught.value.problem == f"must hold at least one {noun}, got none"
 
 
 # --- (b) structural faults -------------------------------------------------------------
@@ -566,6 +580,7 @@ def test_a_schema_1_json_row_is_refused_by_index(requests: list[MirrorRequest]) 
         (b'{"requests": 3}', InvalidInput, "requests"),
         (b'{"requests": {"a": 1}}', InvalidInput, "requests"),
         (b'{"requests": [], "more": []}', InvalidInput, "more"),
+        (b'{"requests": []}', InvalidInput, "requests"),  # an empty batch: a sender's bug
         (b'{"requests": [1, 2, 3, 4]}', InvalidInput, "requests"),  # over the limit of 3
     ],
 )

@@ -3,7 +3,7 @@
 Each row is the body ``POST /v1/mirror`` takes, decoded by that route's own
 decoder (`service.transport.http.decode`), so a row means here what it means
 alone. The envelope is split with msgspec into raw rows without parsing them;
-a body that is not such an envelope, or holds more than
+a body that is not such an envelope, holds no rows, or holds more than
 ``limits.max_batch_requests`` rows, is refused whole (`InvalidInput`).
 
 A row is refused by its index (an `IndexedRefusal`, worded as the single
@@ -71,6 +71,8 @@ def _rows(body: bytes, key: str, limits: RequestLimits) -> list[bytes]:
         rows = envelope[key]
     else:
         raise InvalidInput(key, f"must be a list, got {type(envelope[key]).__name__}")
+    if not rows:  # a client bug (a sender with a linger never sends one): not a 200 of zeros
+        raise InvalidInput(key, f"must hold at least one {key[:-1]}, got none")
     if len(rows) > limits.max_batch_requests:
         raise InvalidInput(
             key,
@@ -124,7 +126,7 @@ def decode_json_batch(body: bytes, limits: RequestLimits) -> DecodedBatch:
     """The batch of an HTTP JSON mirror-batch body; rows that fail are refused by index.
 
     Raises:
-        InvalidInput: the body is not ``{"requests": [...]}`` of at most
+        InvalidInput: the body is not ``{"requests": [...]}`` of one to
             ``limits.max_batch_requests`` rows (`MalformedMessage` when not a JSON object).
     """
 
