@@ -5,10 +5,12 @@ Not a conftest (another suite shares tests/ope): imported explicitly.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 import numpy as np
 
@@ -17,6 +19,7 @@ from service.checks.outcome_drift import OutcomeRows, OutcomeWindow, check_windo
 from service.environment import simulated_episodes
 from service.policies.outcome_summary import episode_rows
 from service.policies.training_summary import (
+    SUMMARY_FILE,
     TrainingReference,
     featurise,
     load_summary,
@@ -82,31 +85,80 @@ class CheckedWindow:
         return self.inputs.flagged or (self.outcome is not None and self.outcome.flagged)
 
 
+class _Checker:
+    """One summary's windows over a stream: its accumulator and the outcome rows of its
+    open window (global request index)."""
+
+    def __init__(self, summary: TrainingReference, window: int) -> None:
+        self.summary, self.window = summary, window
+        self.acc = WindowAccumulator(summary.reference, select_rule(summary.rules, window), window)
+        self.out: list[CheckedWindow] = []
+        self.pending: list[OutcomeRows] = []
+
+    def feed(self, chunk: Chunk, seen: int) -> None:
+        """Add one chunk whose first request is the stream's request number `seen`."""
+        x, offsets, cats, times, rows = chunk
+        self.pending.append(OutcomeRows(rows.request_index + seen, rows.hardware, rows.cell,
+                                        rows.log_throughput))  # fmt: skip
+        window = self.window
+        for inputs in self.acc.feed(x, offsets, cats, times=times):
+            lo = len(self.out) * window
+            joined = _concat(self.pending)
+            inside = (joined.request_index >= lo) & (joined.request_index < lo + window)
+            outcome = None
+            if self.summary.outcome is not None:
+                o = self.summary.outcome
+                outcome = check_window(o.reference, o.rules, joined.take(np.flatnonzero(inside)))
+            self.out.append(CheckedWindow(inputs, outcome))
+            self.pending = [joined.take(np.flatnonzero(joined.request_index >= lo + window))]
+
+
+def checked_windows_of(
+    summaries: Mapping[str, TrainingReference],
+    scenario: str,
+    seed: int,
+    window: int,
+    n_windows: int,
+) -> dict[str, list[CheckedWindow]]:
+    """The first `n_windows` windows of `window` requests of one simulated stream, for every
+    summary in `summaries` at once: each chunk is simulated and featurised once and fed to
+    every summary's checks (the same windows each would get from a stream of its own)."""
+    checkers = {name: _Checker(s, window) for name, s in summaries.items()}
+    seen = 0  # requests fed so far
+    for chunk in stream(scenario, seed, workers=2):
+        for checker in checkers.values():
+            checker.feed(chunk, seen)
+        seen += len(chunk[1]) - 1
+        if min(len(c.out) for c in checkers.values()) >= n_windows:
+            return {name: c.out[:n_windows] for name, c in checkers.items()}
+    raise AssertionError("unreachable: the stream is endless")
+
+
 def checked_windows(
     summary: TrainingReference, scenario: str, seed: int, window: int, n_windows: int
 ) -> list[CheckedWindow]:
     """The first `n_windows` windows of `window` requests of a simulated stream."""
-    acc = WindowAccumulator(summary.reference, select_rule(summary.rules, window), window)
-    out: list[CheckedWindow] = []
-    pending: list[OutcomeRows] = []  # outcome rows of the open window, global request index
-    seen = 0  # requests fed so far
-    for x, offsets, cats, times, rows in stream(scenario, seed, workers=2):
-        pending.append(OutcomeRows(rows.request_index + seen, rows.hardware, rows.cell,
-                                   rows.log_throughput))  # fmt: skip
-        seen += len(offsets) - 1
-        for inputs in acc.feed(x, offsets, cats, times=times):
-            lo = len(out) * window
-            joined = _concat(pending)
-            inside = (joined.request_index >= lo) & (joined.request_index < lo + window)
-            outcome = None
-            if summary.outcome is not None:
-                o = summary.outcome
-                outcome = check_window(o.reference, o.rules, joined.take(np.flatnonzero(inside)))
-            out.append(CheckedWindow(inputs, outcome))
-            pending = [joined.take(np.flatnonzero(joined.request_index >= lo + window))]
-        if len(out) >= n_windows:
-            return out[:n_windows]
-    raise AssertionError("unreachable: the stream is endless")
+    return checked_windows_of({"": summary}, scenario, seed, window, n_windows)[""]
+
+
+def shipped_summaries() -> dict[str, TrainingReference]:
+    """Every committed training summary by policy name (discovered, so none is left out)."""
+    files = sorted(POLICIES_DIR.glob(f"*/{SUMMARY_FILE}"))
+    return {p.parent.name: shipped_summary(p.parent.name) for p in files}
+
+
+@functools.cache
+def shared_checked_windows(
+    scenario: str, seed: int, window: int, n_windows: int
+) -> Mapping[str, tuple[CheckedWindow, ...]]:
+    """`checked_windows_of` every shipped summary, simulated once per test session.
+
+    Why: the drift acceptance on training windows and the own-traffic test both judge
+    the first 100 windows of scenario ``train`` under seed 1 (400,000 requests, about
+    two minutes on two cores); whichever runs first simulates them, the other reads
+    the same windows. Tuples, so no test can change what another one reads."""
+    found = checked_windows_of(shipped_summaries(), scenario, seed, window, n_windows)
+    return MappingProxyType({name: tuple(ws) for name, ws in found.items()})
 
 
 def _concat(parts: list[OutcomeRows]) -> OutcomeRows:

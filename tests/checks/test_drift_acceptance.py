@@ -18,7 +18,12 @@ import numpy as np
 import pytest
 
 from service.settings import Settings
-from tests.checks.drift_fixtures import checked_windows, shipped_summary
+from tests.checks.drift_fixtures import (
+    SIMULATED_POLICY,
+    checked_windows,
+    shared_checked_windows,
+    shipped_summary,
+)
 
 WINDOW = Settings.model_fields["drift_window_requests"].default
 TRAINING_WINDOWS = 100
@@ -32,9 +37,8 @@ request shows it) only by the outcome check."""
 @pytest.mark.slow
 @pytest.mark.timeout(3600)  # 400,000 simulated requests: ~7 min on one free core
 def test_training_condition_windows_are_rarely_flagged() -> None:
-    ws = checked_windows(
-        shipped_summary(), "train", seed=1, window=WINDOW, n_windows=TRAINING_WINDOWS
-    )
+    # the stream the own-traffic test judges too: simulated once per session
+    ws = shared_checked_windows("train", 1, WINDOW, TRAINING_WINDOWS)[SIMULATED_POLICY]
     rate = float(np.mean([w.flagged for w in ws]))
     print(f"\ntrain (seed 1): {sum(w.flagged for w in ws)}/{len(ws)} windows flagged = {rate:.3f}")
     assert len(ws) >= 100

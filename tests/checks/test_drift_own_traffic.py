@@ -26,14 +26,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from service.checks.drift import (
-    WindowAccumulator,
-    WindowDrift,
-    select_rule,
-)
+from service.checks.drift import WindowDrift
 from service.policies.training_summary import SUMMARY_FILE, TrainingReference
 from service.settings import Settings
-from tests.checks.drift_fixtures import POLICIES_DIR, shipped_summary, stream
+from tests.checks.drift_fixtures import (
+    POLICIES_DIR,
+    shared_checked_windows,
+    shipped_summaries,
+    stream,
+)
 
 WINDOW = Settings.model_fields["drift_window_requests"].default
 SIMULATED_WINDOWS = 100
@@ -44,7 +45,7 @@ BOUND = 0.05
 
 def shipped() -> dict[str, TrainingReference]:
     """Every committed training summary, loaded as the service loads it."""
-    return {p.parent.name: shipped_summary(p.parent.name) for p in _summary_files()}
+    return shipped_summaries()
 
 
 def _summary_files() -> list[Path]:
@@ -59,20 +60,11 @@ def by_data(kind: str) -> list[str]:
 def simulated_windows(
     policies: list[str], seed: int = 1, n_windows: int = SIMULATED_WINDOWS
 ) -> dict[str, list[WindowDrift]]:
-    """The first `n_windows` windows of `WINDOW` requests of scenario ``train`` under `seed`,
-    for every policy in `policies` at once (each chunk is simulated and featurised once)."""
-    summaries = {p: shipped_summary(p) for p in policies}
-    accs = {
-        p: WindowAccumulator(s.reference, select_rule(s.rules, WINDOW), WINDOW)
-        for p, s in summaries.items()
-    }
-    out: dict[str, list[WindowDrift]] = {p: [] for p in policies}
-    for x, offsets, cats, times, _ in stream("train", seed, workers=2):
-        for p, acc in accs.items():
-            out[p] += acc.feed(x, offsets, cats, times=times)
-        if min(len(w) for w in out.values()) >= n_windows:
-            return {p: w[:n_windows] for p, w in out.items()}
-    raise AssertionError("unreachable: the stream is endless")
+    """The input checks of the first `n_windows` windows of `WINDOW` requests of scenario
+    ``train`` under `seed`, for every policy in `policies` (each chunk is simulated and
+    featurised once per session: the drift acceptance judges the same stream)."""
+    shared = shared_checked_windows("train", seed, WINDOW, n_windows)
+    return {p: [c.inputs for c in shared[p]] for p in policies}
 
 
 def _rate(ws: list[WindowDrift]) -> float:
