@@ -45,6 +45,8 @@ from service.cli.demo_view import LiveView, closing_tables, mask_lines, summed
 from service.client import MirrorClient
 from service.contract import MirrorRequest, Outcome
 from service.environment import World, load_scenario, log_episode
+from service.pipeline.scorer import ScorerLoop
+from service.pipeline.scorer_process import ProcessScorer
 from service.protocols import ProtocolEvent
 from service.server.app import Service, build_service
 from service.settings import Settings
@@ -115,6 +117,7 @@ def run_demo(
         f"HTTP 127.0.0.1:{service.http_port}, "
         f"data in {root}/; {len(events)} events to mirror over ~{duration_s:.0f}s"
     )
+    console.print(_scoring_line(service), highlight=False)
     for line in cluster_lines(events):
         console.print(line, highlight=False)
     try:
@@ -134,6 +137,19 @@ def run_demo(
         service.stop()
         if service.embedded_db is not None:
             stop_embedded(root / "postgres")
+
+
+def _scoring_line(service: Service) -> str:
+    """Where this service scores: a newcomer sees that ingest and scoring are apart."""
+    placement = service.scorer_placement
+    scorer = service.scorer
+    handler = scorer.handler if isinstance(scorer, ScorerLoop) else None
+    if isinstance(handler, ProcessScorer):
+        return (
+            f"scoring in scorer process {handler.child_pid} ({placement.reason}): the "
+            "ingest process only validates, journals and acks, never waiting on scoring"
+        )
+    return f"scoring on a thread of the ingest process ({placement.reason})"
 
 
 def _close(

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -138,6 +139,32 @@ def loaded(registry: Registry) -> Registry:
     return registry
 
 
+class _BelowError(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR
+
+
+@contextmanager
+def _echoes_dropped() -> Iterator[None]:
+    """In the scorer process, drop records below ERROR while the policies load.
+
+    The parent loaded the same registry from the same source before starting
+    the child (`_wire_scoring`: the directory, or the same factory; a given
+    registry logs nothing) and logged its warnings — one per ONNX policy that
+    asks for a provider this machine lacks — so the child's copies would only
+    double every start-up warning. Refusals (ERROR) still show.
+    """
+    handlers = logging.getLogger().handlers
+    muted = _BelowError()
+    for handler in handlers:
+        handler.addFilter(muted)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(muted)
+
+
 @dataclass(frozen=True)
 class ScorerChildSpec:
     """Everything the scorer process needs to build its scorer; pickled to it (``spawn``).
@@ -158,7 +185,8 @@ class ScorerChildSpec:
         settings = self.settings
         engine = make_engine(self.database_url)
         link.on_close(engine.dispose)
-        registry = self.policies()
+        with _echoes_dropped():
+            registry = self.policies()
         metrics = link.relay.as_metrics()
         observer = ScorerMetrics(metrics)
         quarantine = make_quarantine(settings, observer)

@@ -267,3 +267,24 @@ def test_serve_refuses_a_bad_scorer_mode_naming_the_flag(
     out = CliRunner().invoke(cli.app, ["serve", *args])
     assert out.exit_code == 2, out.output
     assert named in out.output and not served
+
+
+# --- the scorer process's start-up log ---------------------------------------------------
+
+
+def test_the_scorer_process_drops_the_echo_of_the_parent_s_load_warnings() -> None:
+    """The child loads the registry the parent loaded and logged: only its errors show."""
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    root = logging.getLogger()
+    root.addHandler(handler)
+    probe = logging.getLogger("service.policies.onnx_policy")
+    try:
+        with scorer_wiring._echoes_dropped():
+            probe.warning("policy p: asked for CUDA, running on CPU")
+            probe.error("refused policy q: broken")
+        probe.warning("after loading")
+    finally:
+        root.removeHandler(handler)
+    assert seen == ["refused policy q: broken", "after loading"]
