@@ -63,10 +63,10 @@ copying into the page cache); a 225 KB batch record ~50 µs, all but ~5 µs of i
 the kernel's copy (zlib's CRC alone took ~45 µs of it). Opening CRC-checks
 every kept segment (~0.2 s per 256 MB from page cache with zlib's CRC).
 Checkpoint files of consumers no longer configured do not hold back deletion.
-An append is safe to call straight from an asyncio event loop in the ``NEVER``/``INTERVAL`` modes (a page-cache write);
-in ``ALWAYS`` mode call it via ``asyncio.to_thread``. One process may hold a
-journal directory at a time (``flock`` on ``LOCK``; the kernel releases it if
-the process dies).
+An append is safe to call straight from an asyncio event loop in the
+``NEVER``/``INTERVAL`` modes (a page-cache write); in ``ALWAYS`` mode call it
+via ``asyncio.to_thread``. One process may hold a journal directory at a time
+(``flock`` on ``LOCK``; the kernel releases it if the process dies).
 """
 
 from __future__ import annotations
