@@ -95,11 +95,11 @@ def resolve_scorer_mode(configured: str, unsendable: str | None = None) -> Score
     falls back to the thread, an explicit `process` fails with that reason.
     """
     if configured == "thread":
-        return ScorerPlacement("thread", "set explicitly")
+        return ScorerPlacement("thread", "scorer_mode set to thread")
     if configured == "process":
         if unsendable is not None:
             raise ValueError(f"`scorer_mode` process: {unsendable}")
-        return ScorerPlacement("process", "set explicitly")
+        return ScorerPlacement("process", "scorer_mode set to process")
     if configured != "auto":
         raise ValueError(f"`scorer_mode` must be auto, thread or process, got {configured!r}")
     cores = usable_cores()
