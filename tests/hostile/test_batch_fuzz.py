@@ -281,7 +281,7 @@ def _post_and_check(
         assert fate["rejections"], fate
         assert NAMES_A_FIELD.search(fate["rejections"][0]["message"]), fate
     else:
-        # something accepted or shed, or an empty batch (nothing to refuse)
+        # something accepted or shed (an empty batch is refused whole since issue 24: 400)
         assert fate["accepted"] + fate["shed"] > 0 or not fate["rejections"], fate
         assert fate["accepted"] + fate["shed"] > 0 or fate["rejected"] == 0, fate
     _check_ack(moved, fate)
